@@ -1,0 +1,26 @@
+"""Whether a huge case fits the device: the checks hold several copies plus an upcast reference."""
+
+from __future__ import annotations
+
+from harness.cases import full_env
+from harness.spec import Case, Spec
+
+# args + pristine copy + input snapshot + second run, and the reference at up to twice the width
+_COPIES = 4
+_REF_FACTOR = 2
+
+
+def case_bytes(spec: Spec, case: Case, dtype: str) -> int:
+    env = full_env(spec, case, dtype)
+    return sum(env[f"bytes_{t.name}"] for t in spec.tensors)
+
+
+def huge_case_fits(spec: Spec, case: Case, dtype: str, device) -> str | None:
+    """None when it fits, else the skip reason."""
+    import torch
+
+    need = case_bytes(spec, case, dtype) * (_COPIES + _REF_FACTOR)
+    free, _total = torch.cuda.mem_get_info(device.torch_device)
+    if need > free:
+        return f"needs about {need / 2**30:.1f} GiB of device memory, {free / 2**30:.1f} GiB free"
+    return None

@@ -1,0 +1,222 @@
+"""pytest plugin: every ``specs/*.toml`` becomes test items, kernel x backend x dtype x case.
+
+Registered through the ``pytest11`` entry point, so plain ``pytest`` picks it up. Items are made by a
+collection hook (no generated files); a broken spec becomes one failing item with its one-line problems,
+so the other kernels still run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.schema import SpecError, did_you_mean
+
+TIER_CASES = {"ci": ("edge", "ci"), "full": ("edge", "ci", "full", "huge")}
+_KEY = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("kernel-harness", "kernel-harness: generated kernel tests")
+    g.addoption("--kernel", action="append", default=[], help="only these kernels (repeatable or comma list)")
+    g.addoption("--dtype", action="append", default=[], help="only these dtypes (fp32, fp16, bf16)")
+    g.addoption("--backend", action="append", default=[], help="only these backends (triton, cuda, reference)")
+    g.addoption("--tier", choices=sorted(TIER_CASES), default="ci",
+                help="ci: edge + ci cases (default); full: + realistic and >2**31-element cases (GPU)")
+    g.addoption("--seed", type=int, default=0, help="base seed for the generated inputs")
+    g.addoption("--specs", default="specs", help="directory of spec files (default: specs)")
+
+
+def _split(values: list[str]) -> set[str]:
+    return {v.strip() for item in values for v in item.split(",") if v.strip()}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from harness.arch import use_interpreter_if_no_gpu
+
+    use_interpreter_if_no_gpu()  # before any kernel module is imported
+    specs_dir = Path(config.getoption("specs"))
+    if not specs_dir.is_absolute():
+        specs_dir = Path(config.rootpath) / specs_dir
+    config.stash[_KEY] = {
+        "specs_dir": specs_dir.resolve(), "kernels": _split(config.getoption("kernel")),
+        "dtypes": _split(config.getoption("dtype")), "backends": _split(config.getoption("backend")),
+        "tier": config.getoption("tier"), "seed": config.getoption("seed"), "specs": [], "outcomes": {},
+    }
+    # --specs elsewhere than testpaths: collect it too, so `pytest --specs DIR` just works.
+    if specs_dir.is_dir() and not any(_covers(a, specs_dir, config) for a in config.args):
+        config.args.append(str(specs_dir))
+    known = {p.stem for p in specs_dir.glob("*.toml")}
+    for k in sorted(config.stash[_KEY]["kernels"] - known):
+        raise pytest.UsageError(f"--kernel {k}: no spec {specs_dir / (k + '.toml')}{did_you_mean(k, known)}")
+
+
+def _covers(arg: str, path: Path, config) -> bool:
+    p = Path(arg.split("::")[0])
+    p = (p if p.is_absolute() else Path(config.invocation_params.dir) / p).resolve()
+    return p == path or p in path.parents
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    opts = parent.config.stash[_KEY]
+    if file_path.suffix != ".toml" or file_path.parent.resolve() != opts["specs_dir"]:
+        return None
+    if opts["kernels"] and file_path.stem not in opts["kernels"]:
+        return None
+    return SpecFile.from_parent(parent, path=file_path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.stash[_KEY]["kernels"]:
+        return
+    # --kernel selects generated kernel tests only: the harness's own tests are deselected.
+    keep = [i for i in items if isinstance(i, (KernelCaseItem, SpecErrorItem))]
+    dropped = [i for i in items if not isinstance(i, (KernelCaseItem, SpecErrorItem))]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+class SpecFile(pytest.File):
+    def collect(self):
+        from harness import spec as spec_mod
+        from harness.arch import detect
+        from harness.cases import case_seed
+        from harness.resolve import resolve
+
+        opts = self.config.stash[_KEY]
+        rel = _relative(self.path, Path.cwd())
+        try:
+            spec = spec_mod.load(rel)
+        except SpecError as exc:
+            yield SpecErrorItem.from_parent(self, name=f"{self.path.stem}[spec]", problems=exc.problems)
+            return
+        device = detect()
+        statuses = {s.backend: s for s in resolve(spec, device)}
+        opts["specs"].append((spec, list(statuses.values())))
+        for backend, status in statuses.items():
+            if opts["backends"] and backend not in opts["backends"]:
+                continue
+            for dtype in spec.dtypes:
+                if opts["dtypes"] and dtype not in opts["dtypes"]:
+                    continue
+                for tier in TIER_CASES[opts["tier"]]:
+                    for case in spec.cases.get(tier, ()):
+                        name = f"{spec.name}[{backend}-{dtype}-{case.id}]"
+                        if tier in ("full", "huge"):
+                            name = f"{spec.name}[{backend}-{dtype}-{tier}-{case.id}]"
+                        yield KernelCaseItem.from_parent(
+                            self, name=name, spec=spec, backend=backend, status=status, dtype=dtype, case=case,
+                            seed=case_seed(spec, dtype, case, opts["seed"]), device=device)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+class SpecErrorItem(pytest.Item):
+    def __init__(self, *, problems: list[str], **kw):
+        super().__init__(**kw)
+        self.problems = problems
+
+    def runtest(self) -> None:
+        raise SpecError(self.problems)
+
+    def repr_failure(self, excinfo, style=None):
+        return "invalid spec:\n" + "\n".join(self.problems)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+class KernelCaseItem(pytest.Item):
+    def __init__(self, *, spec, backend, status, dtype, case, seed, device, **kw):
+        super().__init__(**kw)
+        self.spec, self.backend, self.status, self.dtype = spec, backend, status, dtype
+        self.case, self.seed, self.device = case, seed, device
+        self.user_properties += [("kernel", spec.name), ("seed", seed), ("arch", device.arch)]
+        tol = spec.tolerance(dtype)
+        if tol.loosened:
+            self.user_properties.append(("tolerance", f"rtol={tol.rtol:g} atol={tol.atol:g}: {tol.reason}"))
+
+    def _skip_reason(self) -> str | None:
+        if not self.status.runnable:
+            return f"backend {self.backend} cannot run here: {self.status.reason}"
+        tier = self.case.tier
+        if tier in ("full", "huge") and self.device.interpreted:
+            return f"{tier} cases need a GPU: the Triton interpreter on the CPU would take hours"
+        if tier == "huge":
+            from harness.memory import huge_case_fits
+
+            return huge_case_fits(self.spec, self.case, self.dtype, self.device)
+        return None
+
+    def runtest(self) -> None:
+        from harness.checks import CaseContext, run_checks
+        from harness.spec_check import resolve_import
+
+        reason = self._skip_reason()
+        if reason:
+            pytest.skip(reason)
+        ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
+                          self.device.torch_device)
+        impl = self.spec.reference if self.backend == "reference" else self.spec.backends[self.backend].impl
+        outcome = run_checks(ctx, resolve_import(impl), resolve_import(self.spec.reference))
+        self.user_properties.append(("checks", ",".join(outcome.checks)))
+        for note in outcome.notes:
+            self.user_properties.append(("note", note))
+
+    def repr_failure(self, excinfo, style=None):
+        from harness.checks import CaseContext, CheckFailure
+
+        ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
+                          self.device.torch_device)
+        if isinstance(excinfo.value, CheckFailure):
+            return str(excinfo.value)
+        return f"{super().repr_failure(excinfo, style='short')}\n{ctx.describe()}"
+
+    def reportinfo(self):
+        return self.path, None, f"{self.name} seed={self.seed}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if isinstance(item, KernelCaseItem) and report.when == "call":
+        item.config.stash[_KEY]["outcomes"].setdefault(item.spec.name, []).append(report.outcome)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    from harness.resolve import describe
+    from harness.waivers import spec_waivers
+
+    opts = config.stash.get(_KEY, None)
+    if not opts or not opts["specs"]:
+        return
+    tr = terminalreporter
+    tr.section("kernel-harness")
+    for spec, statuses in opts["specs"]:
+        tr.write_line(describe(statuses))
+    lines = [w for spec, _ in opts["specs"] for w in spec_waivers(spec)]
+    if lines:
+        tr.write_line("loosened tolerances and waived checks:")
+        for w in lines:
+            tr.write_line(f"  {w.kernel}: {w.what}: {w.reason}")
+    for name in opts.get("all_skipped", []):
+        tr.write_line(f"FAILED: every test of kernel {name} was skipped on this device: nothing was tested",
+                      red=True, bold=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    opts = session.config.stash.get(_KEY, None)
+    if not opts:
+        return
+    skipped_all = sorted(k for k, outs in opts["outcomes"].items() if outs and all(o == "skipped" for o in outs))
+    opts["all_skipped"] = skipped_all
+    if skipped_all and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

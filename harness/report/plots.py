@@ -1,0 +1,179 @@
+"""Report pictures: the roofline and one distribution plot per kernel, PNG through matplotlib's Agg.
+
+matplotlib is optional: without it :func:`render_plots` returns no pictures and says why, and the
+report still renders. Figures are built with ``matplotlib.figure.Figure`` on an Agg canvas, never
+through pyplot, so rendering a report does not change the caller's matplotlib backend.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.results import CaseResult, Results
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
+LOG_SPREAD = 10.0  # a panel whose slowest sample is this many times its fastest gets a log axis
+
+
+@dataclass(frozen=True)
+class Plots:
+    """What was drawn (file names relative to the report) and what was not, with why."""
+
+    roofline: str | None = None
+    dist: dict = field(default_factory=dict)   # kernel -> file name
+    notes: tuple[str, ...] = ()
+
+
+def file_stem(kernel: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
+
+
+def shape_label(shape: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        return None, None, f"{exc.__class__.__name__}: {exc}"
+    return Figure, FigureCanvasAgg, None
+
+
+def render_plots(results: Results, out_dir: Path) -> Plots:
+    Figure, Canvas, missing = _matplotlib()
+    if missing:
+        return Plots(notes=(f"Plots skipped: matplotlib is not available ({missing}); "
+                            "install it with `pip install 'kernel-harness[plots]'`.",))
+    providers = sorted({c.provider for c in results.cases})
+    colours = _palette(Figure, len(providers))
+    provider_colour = dict(zip(providers, colours))
+    notes: list[str] = []
+    dist: dict = {}
+    for kernel in dict.fromkeys(c.kernel for c in results.cases):
+        cases = [c for c in results.cases if c.kernel == kernel and c.status == "ok" and c.samples_us]
+        if not cases:
+            notes.append(f"No distribution plot for {kernel}: no provider has timed samples.")
+            continue
+        name = f"dist_{file_stem(kernel)}.png"
+        try:
+            _save(_dist_figure(Figure, kernel, cases, provider_colour), Canvas, out_dir / name)
+        except Exception as exc:  # a broken picture must not cost the reviewer the whole report
+            notes.append(f"Distribution plot for {kernel} failed: {exc.__class__.__name__}: {exc}")
+            continue
+        dist[kernel] = name
+    roofline = None
+    points = [c for c in results.cases if _roofline_point(c) is not None]
+    if not points:
+        notes.append("Roofline plot skipped: no measured case has both a bytes and a flops model.")
+    else:
+        try:
+            _save(_roofline_figure(Figure, results, points), Canvas, out_dir / "roofline.png")
+            roofline = "roofline.png"
+        except Exception as exc:
+            notes.append(f"Roofline plot failed: {exc.__class__.__name__}: {exc}")
+    return Plots(roofline=roofline, dist=dist, notes=tuple(notes))
+
+
+def _palette(Figure, n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _save(fig, Canvas, path: Path) -> None:
+    Canvas(fig)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+
+
+def _dist_figure(Figure, kernel: str, cases: list[CaseResult], provider_colour: dict):
+    panels: dict[tuple, list[CaseResult]] = {}
+    for c in cases:
+        panels.setdefault((c.case_id, c.dtype), []).append(c)
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(4.6 * ncols, 3.6 * nrows + 0.5), layout="constrained")
+    fig.suptitle(f"{kernel}: time per launch, by provider (box: p25-p75, whiskers: 1.5 IQR)")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, ((_case_id, dtype), group) in zip(axes.flat, panels.items()):
+        data = [c.samples_us for c in group]
+        box = ax.boxplot(data, patch_artist=True, widths=0.6, flierprops={"markersize": 2, "alpha": 0.5},
+                         medianprops={"color": "black"})
+        ax.set_xticks(range(1, len(group) + 1), [c.provider for c in group])  # tick_labels= needs mpl 3.9
+        for patch, c in zip(box["boxes"], group):
+            patch.set_facecolor(provider_colour[c.provider])
+            patch.set_alpha(0.75)
+        low = min(min(d) for d in data)
+        high = max(max(d) for d in data)
+        if low > 0 and high / low > LOG_SPREAD:
+            ax.set_yscale("log")
+        ax.set_title(f"{shape_label(group[0].shape)}  [{dtype}]", fontsize=9, wrap=True)
+        ax.set_ylabel("µs")
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", labelrotation=20 if len(group) > 3 else 0, labelsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    return fig
+
+
+def _roofline_point(case: CaseResult) -> tuple[float, float] | None:
+    if case.status != "ok" or not case.flops or not case.bytes or not case.tflops:
+        return None
+    if case.flops <= 0 or case.bytes <= 0 or case.tflops <= 0:
+        return None
+    return case.flops / case.bytes, case.tflops
+
+
+def _roofline_figure(Figure, results: Results, points: list[CaseResult]):
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(10, 6.2), layout="constrained")
+    ax = fig.add_subplot()
+    xy = [_roofline_point(c) for c in points]
+    xs = [p[0] for p in xy]
+    ys = [p[1] for p in xy]
+    copy_gbps = results.ceilings.get("copy_gbps")
+    compute = {k: v for k, v in (results.ceilings.get("matmul_tflops") or {}).items() if v}
+    bw = copy_gbps / 1000.0 if copy_gbps else None  # TB/s: TFLOP/s per flop/byte
+    ridges = [c / bw for c in compute.values()] if bw else []
+    x_lo = min(xs + ridges) / 4
+    x_hi = max(xs + ridges) * 4
+    roof = max(compute.values()) if compute else max(ys) * 4
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    if bw:
+        x_end = roof / bw if compute else x_hi
+        ax.plot([x_lo, x_end], [bw * x_lo, bw * x_end], color="black", lw=1.6)
+        ax.annotate(f"measured copy {copy_gbps:,.0f} GB/s", (x_lo * 1.3, bw * x_lo * 1.3),
+                    rotation=0, fontsize=8, va="bottom")
+    for dtype, peak in sorted(compute.items(), key=lambda kv: -kv[1]):
+        start = peak / bw if bw else x_lo
+        ax.plot([start, x_hi], [peak, peak], color="dimgray", lw=1.2, ls="--")
+        ax.annotate(f"matmul {dtype} {peak:,.4g} TFLOP/s", (x_hi / 1.2, peak * 1.05),
+                    ha="right", va="bottom", fontsize=8, color="dimgray")
+    kernels = list(dict.fromkeys(c.kernel for c in points))
+    providers = list(dict.fromkeys(c.provider for c in points))
+    kcolour = dict(zip(kernels, _palette(Figure, len(kernels))))
+    pmarker = {p: MARKERS[i % len(MARKERS)] for i, p in enumerate(providers)}
+    for c, (x, y) in zip(points, xy):
+        ax.scatter([x], [y], color=kcolour[c.kernel], marker=pmarker[c.provider], s=42,
+                   edgecolors="black", linewidths=0.4, zorder=3)
+    ax.set_xlim(x_lo, x_hi)
+    floor = min(ys + ([bw * x_lo] if bw else [])) / 2
+    ax.set_ylim(floor, roof * 2)
+    ax.set_xlabel("arithmetic intensity (flop / byte, bytes read + written)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title("Roofline on measured ceilings (every ok case)")
+    ax.grid(True, which="both", alpha=0.25)
+    first = ax.legend(handles=[Line2D([], [], ls="", marker="o", color=kcolour[k], label=k) for k in kernels],
+                      title="kernel", loc="upper left", fontsize=8)
+    ax.add_artist(first)
+    ax.legend(handles=[Line2D([], [], ls="", marker=pmarker[p], color="gray", label=p) for p in providers],
+              title="provider", loc="lower right", fontsize=8)
+    return fig

@@ -1,0 +1,308 @@
+"""results -> report.md (+ PNGs): the Markdown a reviewer pastes into a pull request.
+
+All numbers come from the results; this module only arranges and formats them. Cells are built
+here as escaped strings, the template (templates/report.md.j2) only lays them out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import jinja2
+
+from harness import __version__
+from harness.report.plots import Plots, render_plots, shape_label
+from harness.results import CaseResult, Results, atomic_write_text, load_results
+
+TEMPLATES = Path(__file__).parent / "templates"
+BASELINE_ORDER = ("reference", "torch.compile")
+PROVIDER_LABEL = {"reference": "eager"}
+VERDICT_TEXT = {"pass": "pass", "below-target": "**below target**", "model-error": "**model error**",
+                "n/a": "n/a"}
+DASH = "—"
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def num(x, sig: int = 4) -> str:
+    """3-4 significant digits, thousands separators from 1,000 up; never scientific for times."""
+    if x is None:
+        return DASH
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{sig}g}"
+
+
+def interval(mid, lo, hi, sig: int = 3, unit: str = "") -> str:
+    """`3.21x [3.18, 3.25]`, with digits added until rounding no longer merges distinct values."""
+    if mid is None:
+        return DASH
+    if lo is None or hi is None:
+        return f"{num(mid, sig)}{unit}"
+    for digits in range(sig, 8):
+        parts = [num(v, digits) for v in (lo, mid, hi)]
+        if len({*parts}) == len({lo, mid, hi}):
+            break
+    return f"{parts[1]}{unit} [{parts[0]}, {parts[2]}]"
+
+
+def pct(x, sig: int = 3) -> str:
+    return DASH if x is None else f"{num(x, sig)}%"
+
+
+def cell(text) -> str:
+    """Escape text for one Markdown table cell."""
+    text = " ".join(str(text).split())
+    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), ("*", "\\*"), ("_", "\\_")):
+        text = text.replace(a, b)
+    return text or DASH
+
+
+def code(text) -> str:
+    return f"`{' '.join(str(text).split())}`".replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[str]], right: tuple[int, ...] = ()) -> dict:
+    return {"header": header, "rows": rows, "align": ["r" if i in right else "l" for i in range(len(header))]}
+
+
+# ----------------------------------------------------------------------------- sections
+
+def _median(c: CaseResult):
+    return c.stats["median"] if c.stats else None
+
+
+def _groups(cases) -> dict[tuple, list[CaseResult]]:
+    groups: dict[tuple, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault((c.kernel, c.case_id, c.dtype), []).append(c)
+    return groups
+
+
+def _fastest(group: list[CaseResult]) -> CaseResult | None:
+    ok = [c for c in group if c.status == "ok" and _median(c) is not None]
+    return min(ok, key=_median) if ok else None
+
+
+def _provider_order(providers) -> list[str]:
+    def key(p):
+        return (BASELINE_ORDER.index(p) if p in BASELINE_ORDER else len(BASELINE_ORDER), p)
+    return sorted(set(providers), key=key)
+
+
+def _verdict(c: CaseResult) -> str:
+    if c.status != "ok":
+        return f"**{c.status}**"
+    text = VERDICT_TEXT.get(c.verdict, cell(c.verdict))
+    if c.verdict == "below-target" and c.target is not None:
+        text += f" ({pct(c.target * 100)})"
+    return text
+
+
+def _summary(results: Results) -> dict:
+    headline = _groups(c for c in results.cases if c.headline)
+    others = _provider_order(p for g in headline.values() for c in g if c.role == "candidate"
+                             for p in c.speedups)
+    others += [p for p in _provider_order(c.provider for g in headline.values() for c in g
+                                          if c.role != "candidate") if p not in others]
+    rows = []
+    for (kernel, _, dtype), group in headline.items():
+        fastest = _fastest(group)
+        status = {c.provider: c.status for c in group}
+        for c in (c for c in group if c.role == "candidate"):
+            row = [cell(kernel), cell(shape_label(c.shape)), dtype, code(c.provider),
+                   num(_median(c)) if c.status == "ok" else DASH, pct(c.pct_roofline)]
+            for p in others:
+                s = c.speedups.get(p)
+                if s:
+                    row.append(interval(s["ratio"], s["lo"], s["hi"], unit="x"))
+                elif p in status and status[p] != "ok":
+                    row.append(f"{DASH} ({status[p]})")
+                else:
+                    row.append(DASH)
+            row.append(code(fastest.provider) if fastest else DASH)
+            row.append(_verdict(c))
+            rows.append(row)
+    header = (["kernel", "headline shape", "dtype", "candidate", "median µs", "% roofline"]
+              + [f"vs {PROVIDER_LABEL.get(p, p)}" for p in others] + ["fastest", "verdict"])
+    missing = [k for k in dict.fromkeys(c.kernel for c in results.cases)
+               if not any(key[0] == k for key in headline)]
+    return {"table": _table(header, rows, right=tuple(range(4, 6 + len(others)))), "others": others,
+            "no_headline": missing}
+
+
+def _ceilings(results: Results) -> dict | None:
+    measured = results.ceilings
+    sheet = measured.get("datasheet") or {}
+    rows = []
+
+    def row(label, m, d):
+        ratio = pct(100 * m / d) if m is not None and d else DASH
+        rows.append([label, num(m), num(d), ratio])
+
+    if measured.get("copy_gbps") is not None or sheet.get("copy_gbps") is not None:
+        row("copy, GB/s (read + write)", measured.get("copy_gbps"), sheet.get("copy_gbps"))
+    mm, smm = measured.get("matmul_tflops") or {}, sheet.get("matmul_tflops") or {}
+    for dtype in dict.fromkeys([*mm, *smm]):
+        row(f"matmul {dtype}, TFLOP/s", mm.get(dtype), smm.get(dtype))
+    if not rows:
+        return None
+    return _table(["ceiling", "measured", "datasheet", "measured / datasheet"], rows, right=(1, 2, 3))
+
+
+def _arch_matrix(results: Results) -> dict | None:
+    if not results.arch_matrix:
+        return None
+    archs = list(dict.fromkeys(r.arch for r in results.arch_matrix))
+    cells: dict[tuple, list[str]] = {}
+    for r in results.arch_matrix:
+        text = {"ran": f"ran ({code(r.backend)})",
+                "fallback": f"fell back to {code(r.backend)} because {cell(r.reason)}",
+                "skipped": f"skipped: {cell(r.reason)}",
+                "unavailable": f"{code(r.backend)} unavailable: {cell(r.reason)}"}[r.status]
+        cells.setdefault((r.kernel, r.arch), []).append(text)
+    kernels = list(dict.fromkeys(r.kernel for r in results.arch_matrix))
+    rows = [[cell(k)] + ["<br>".join(cells.get((k, a), [DASH])) for a in archs] for k in kernels]
+    return _table(["kernel"] + [code(a) for a in archs], rows)
+
+
+def _not_measured(cases) -> list[dict]:
+    return [{"status": c.status, "provider": c.provider, "dtype": c.dtype, "kernel": c.kernel,
+             "shape": shape_label(c.shape), "reason": cell(c.reason)} for c in cases if c.status != "ok"]
+
+
+def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
+    panels = []
+    for (_, case_id, dtype), group in _groups(cases).items():
+        fastest = _fastest(group)
+        rows = []
+        for c in sorted((c for c in group if c.status == "ok"), key=lambda c: _median(c) or 0):
+            s = c.stats
+            name = f"**{code(c.provider)}**" if c is fastest and len(group) > 1 else code(c.provider)
+            rows.append([name, num(s["n"]), interval(s["median"], s["median_ci_lo"], s["median_ci_hi"], sig=4),
+                         f"{num(s['p5'])} – {num(s['p95'])}", num(s["iqr"]),
+                         pct(None if s["cv"] is None else 100 * s["cv"], 2),
+                         f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
+                         num(c.gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c), cell(c.stop_reason)])
+        table = _table(["provider", "n", "median µs [95% CI]", "p5 – p95 µs", "IQR µs", "CV",
+                        "outliers lo / hi", "warm median µs", "GB/s", "TFLOP/s", "% roofline", "verdict",
+                        "stopped because"], rows, right=tuple(range(1, 11)))
+        panels.append({"title": f"{shape_label(group[0].shape)} · {dtype}", "case_id": case_id,
+                       "headline": any(c.headline for c in group), "table": table if rows else None,
+                       "not_measured": _not_measured(group)})
+    main = [p for p in panels if p["headline"]] or panels
+    full = []
+    for c in cases:
+        if c.status != "ok":
+            continue
+        s = c.stats
+        full.append([cell(shape_label(c.shape)), c.dtype, code(c.provider), code(c.backend), c.role,
+                     *(num(s[k]) for k in ("min", "p25", "median", "p75", "max", "mean", "std")),
+                     str(len(c.dropped_us)), num(c.bytes), num(c.flops), c.bound or DASH, cell(c.method),
+                     str(c.seed)])
+    full_table = _table(["shape", "dtype", "provider", "backend", "role", "min", "p25", "median", "p75",
+                         "max", "mean", "std", "throttled dropped", "bytes", "flops", "bound", "method", "seed"],
+                        full, right=tuple(range(5, 15)))
+    return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
+            "plot": plots.dist.get(kernel), "full": full_table,
+            "n_ok": len(full)}
+
+
+def _how_measured(results: Results) -> str:
+    env = results.environment
+    ok = [c for c in results.cases if c.status == "ok"]
+    parts = []
+    methods = Counter(c.method for c in ok)
+    if methods:
+        listed = ", ".join(f"{code(m)} ({n} case{'s' * (n != 1)})" for m, n in methods.most_common())
+        parts.append(f"Timed with {listed}.")
+    parts.append(f"L2 flush before each sample: {cell(env['flush'])}." if env.get("flush")
+                 else "The L2 flush was not recorded.")
+    if env.get("stopping_rule"):
+        parts.append(f"Stopping rule: {cell(env['stopping_rule'])}.")
+    reasons = Counter(c.stop_reason for c in ok)
+    if reasons:
+        parts.append("Sampling stopped on " + ", ".join(f"{cell(r)} ({n})" for r, n in reasons.most_common())
+                     + ".")
+    counts = sorted(c.stats["n"] for c in ok)
+    if counts:
+        parts.append(f"Samples per case: {counts[0]:,} to {counts[-1]:,} (median {counts[len(counts) // 2]:,}).")
+    dropped = sum(len(c.dropped_us) for c in results.cases)
+    rule = f" ({cell(env['throttle'])})" if env.get("throttle") else ""
+    parts.append(f"{dropped:,} throttled sample{'s' * (dropped != 1)} dropped{rule}.")
+    warm = sum(1 for c in ok if c.warm_us)
+    if warm:
+        parts.append(f"Warm medians ({warm} cases) are back-to-back launches without a flush.")
+    seeds = sorted({c.seed for c in results.cases})
+    if seeds:
+        parts.append(f"Input seed{'s' * (len(seeds) != 1)}: {', '.join(map(str, seeds))}.")
+    return " ".join(parts)
+
+
+def _flat_env(prefix: str, value, rows: list) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flat_env(f"{prefix}.{k}" if prefix else str(k), v, rows)
+    else:
+        rows.append([code(prefix), cell(value if not isinstance(value, list) else ", ".join(map(str, value)))])
+
+
+def _provenance(results: Results, results_name: str) -> dict:
+    rows: list = []
+    _flat_env("", results.environment, rows)
+    extra = {k: v for k, v in results.ceilings.items() if k not in ("copy_gbps", "matmul_tflops", "datasheet")}
+    if extra:
+        _flat_env("ceilings", extra, rows)
+    status = Counter(c.status for c in results.cases)
+    rows += [[code("results"), f"{code(results_name)}, schema {results.schema_version}"],
+             [code("cases"), ", ".join(f"{n} {s}" for s, n in status.most_common()) or "none"],
+             [code("report"), f"kernel-harness {__version__}"]]
+    return _table(["key", "value"], rows)
+
+
+def build_context(results: Results, plots: Plots, results_name: str) -> dict:
+    env = results.environment
+    date = str(env.get("date") or env.get("timestamp") or "")
+    kernels = list(dict.fromkeys(c.kernel for c in results.cases))
+    return {
+        "device": cell(env.get("device") or "unknown device"),
+        "arch": cell(env["arch"]) if env.get("arch") else "",
+        "date": cell(date[:10]) if date else "date not recorded",
+        "complete": results.complete,
+        "how_measured": _how_measured(results),
+        "summary": _summary(results),
+        "ceilings": _ceilings(results),
+        "arch_matrix": _arch_matrix(results),
+        "waivers": _table(["kernel", "what", "reason"],
+                          [[cell(w.kernel), cell(w.what), cell(w.reason)] for w in results.waivers]),
+        "not_measured": _not_measured(results.cases),
+        "kernels": [_kernel_section(k, [c for c in results.cases if c.kernel == k], plots) for k in kernels],
+        "plots": plots,
+        "provenance": _provenance(results, results_name),
+        "results_name": results_name,
+        "n_cases": len(results.cases),
+    }
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined)
+
+
+def render_report(results: Results | str | os.PathLike, out_dir: str | os.PathLike, *,
+                  results_name: str = "results.json") -> Path:
+    """Write out_dir/report.md and its PNGs (roofline.png, dist_<kernel>.png); return report.md's path."""
+    if not isinstance(results, Results):
+        results = load_results(results)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = render_plots(results, out)
+    text = _environment().get_template("report.md.j2").render(**build_context(results, plots, results_name))
+    path = out / "report.md"
+    atomic_write_text(path, text)
+    return path

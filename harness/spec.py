@@ -1,0 +1,377 @@
+"""The spec model: ``specs/<name>.toml`` loaded and validated into frozen dataclasses.
+
+Loading never raises a traceback for a spec mistake: every problem becomes one line in a
+:class:`~harness.schema.SpecError`, ``"<file>: <key.path>: <message>"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import expr as ex
+from harness.arch import ArchError, parse_rule
+from harness.schema import Reader, SpecError, describe, did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FLOAT_DTYPES = ("fp64", "fp32", "fp16", "bf16")
+DTYPES = FLOAT_DTYPES + ("int64", "int32", "int16", "int8", "uint8", "bool")
+# torch.testing.assert_close's defaults: the table every spec starts from (rtol, atol).
+DEFAULT_TOLERANCES = {"fp64": (1e-7, 1e-7), "fp32": (1.3e-6, 1e-5), "fp16": (1e-3, 1e-5), "bf16": (1.6e-2, 1e-5)}
+LAYOUTS = ("padded", "strided", "transposed")
+TIERS = ("edge", "ci", "full", "huge", "bench")
+WAIVABLE = ("determinism", "layout", "inputs", "nan_inf")
+DISTRIBUTIONS = {"normal": (0, 2), "uniform": (2,), "randint": (2,)}
+CASE_KEYS = ("layout", "headline")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    reason: str = ""
+
+    @property
+    def loosened(self) -> bool:
+        return bool(self.reason)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str
+    args: tuple[ex.Expr, ...]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[ex.Expr, ...]
+    dtype: str                      # "case" or a fixed dtype name
+    values: Distribution
+    inplace: bool = False
+    contiguous: bool = False
+    output: bool = False
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    impl: str
+    arch: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    source: str | None = None
+    build: str | None = None
+    layouts: tuple[str, ...] | None = None   # None: the kernel's layouts
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    impl: str
+    requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    tier: str
+    given: tuple[tuple[str, object], ...]   # the symbols the spec wrote, in order (they make the id)
+    layout: str = "contiguous"
+    headline: bool = False
+
+    @property
+    def id(self) -> str:
+        parts = ",".join(f"{k}={_fmt(v)}" for k, v in self.given)
+        return parts if self.layout == "contiguous" else f"{parts}-{self.layout}"
+
+    @property
+    def values(self) -> dict:
+        return dict(self.given)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    bytes: ex.Expr
+    flops: ex.Expr
+    target: float
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    name: str
+    summary: str
+    reference: str
+    dtypes: tuple[str, ...]
+    layouts: tuple[str, ...]
+    fallback: tuple[str, ...]
+    backends: dict[str, Backend]
+    peers: dict[str, Peer]
+    params: dict[str, ex.Expr]
+    tensors: tuple[Tensor, ...]
+    tolerances: dict[str, Tolerance]
+    waivers: dict[str, str]
+    symbols: dict[str, ex.Expr]
+    constraints: tuple[ex.Expr, ...]
+    cases: dict[str, tuple[Case, ...]]
+    roofline: Roofline | None
+    timeout_s: float
+    sha256: str
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.tensors if not t.output)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.tensors if t.output)
+
+    @property
+    def written(self) -> tuple[Tensor, ...]:
+        """Everything the kernel writes: outputs and in-place inputs."""
+        return tuple(t for t in self.tensors if t.output or t.inplace)
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        if dtype in self.tolerances:
+            return self.tolerances[dtype]
+        rtol, atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+        return Tolerance(rtol, atol)
+
+    def layouts_for(self, backend: str) -> tuple[str, ...]:
+        b = self.backends.get(backend)
+        return self.layouts if b is None or b.layouts is None else b.layouts
+
+    def env(self, case: Case) -> dict:
+        """A case's symbols completed with the spec's defaults and derived symbols."""
+        return ex.resolve_symbols(case.values, self.symbols)
+
+
+def _fmt(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def load(path: str | Path) -> Spec:
+    """Load and validate one spec; raise SpecError with every problem found."""
+    from harness import spec_check
+
+    path = str(path)
+    r = Reader(path)
+    try:
+        raw_bytes = Path(path).read_bytes()
+        raw = tomllib.loads(raw_bytes.decode("utf-8"))
+    except FileNotFoundError:
+        raise SpecError([f"{path}: file not found"]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{path}: invalid TOML: {exc}"]) from None
+    spec = _build(r, raw, hashlib.sha256(raw_bytes).hexdigest())
+    if spec is not None and not r.problems:
+        spec_check.check_semantics(r, spec)
+    if r.problems:
+        raise SpecError(r.problems)
+    return spec
+
+
+def load_all(paths) -> tuple[list[Spec], list[str]]:
+    specs, problems = [], []
+    for p in paths:
+        try:
+            specs.append(load(p))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    return specs, problems
+
+
+def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
+    r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
+                 "cases", "roofline"], "", required=["kernel", "inputs", "cases"])
+    k = r.table(raw, "kernel", "")
+    r.keys(k, ["name", "summary", "reference", "dtypes", "layouts", "fallback", "timeout"], "kernel",
+           required=["name", "reference"])
+    name = r.get(k, "name", str, "kernel", default="")
+    if name and name != Path(r.path).stem:
+        r.problem("kernel.name", f'"{name}" must match the file name "{Path(r.path).stem}"')
+    dtypes = r.str_list(k, "dtypes", "kernel", default=("fp32", "fp16", "bf16"))
+    for i, d in enumerate(dtypes):
+        if d not in FLOAT_DTYPES:
+            r.problem(f"kernel.dtypes[{i}]", f'unknown dtype "{d}"{did_you_mean(d, FLOAT_DTYPES)}')
+    layouts = _layouts(r, k, "kernel", ())
+    backends = {n: _backend(r, n, b) for n, b in r.table(raw, "backends", "").items() if _is_table(r, b, f"backends.{n}")}
+    if "reference" in backends:
+        r.problem("backends.reference", "is reserved: the reference backend is kernel.reference")
+    default_order = tuple(backends) + ("reference",)
+    fallback = r.str_list(k, "fallback", "kernel", default=default_order)
+    for i, b in enumerate(fallback):
+        if b != "reference" and b not in backends:
+            r.problem(f"kernel.fallback[{i}]", f'no backend "{b}"{did_you_mean(b, list(backends) + ["reference"])}')
+    peers = {}
+    for n, p in r.table(raw, "peers", "").items():
+        if _is_table(r, p, f"peers.{n}"):
+            r.keys(p, ["impl", "requires"], f"peers.{n}", required=["impl"])
+            peers[n] = Peer(n, _import_path(r, p, f"peers.{n}"), r.str_list(p, "requires", f"peers.{n}"))
+    params = {}
+    for n, p in r.table(raw, "params", "").items():
+        if _is_table(r, p, f"params.{n}"):
+            r.keys(p, ["value", "expr"], f"params.{n}")
+            if ("value" in p) == ("expr" in p):
+                r.problem(f"params.{n}", "give exactly one of value (a constant) or expr (an expression)")
+                continue
+            if "value" in p:
+                v = r.get(p, "value", (bool, int, float, str), f"params.{n}")
+                params[n] = ex.parse(repr(v)) if v is not None else None
+            else:
+                params[n] = _expr(r, p.get("expr"), f"params.{n}.expr")
+    tensors = [_tensor(r, n, t, False) for n, t in r.table(raw, "inputs", "", required=True).items()
+               if _is_table(r, t, f"inputs.{n}")]
+    tensors += [_tensor(r, n, t, True) for n, t in r.table(raw, "outputs", "").items()
+                if _is_table(r, t, f"outputs.{n}")]
+    if not any(t.output or t.inplace for t in tensors):
+        r.problem("outputs", "the kernel writes nothing: declare [outputs] or an input with inplace = true")
+    tolerances = {d: _tolerance(r, d, t) for d, t in r.table(raw, "tolerance", "").items()
+                  if _is_table(r, t, f"tolerance.{d}")}
+    waivers = {}
+    for check, reason in r.table(raw, "waive", "").items():
+        if check not in WAIVABLE:
+            r.problem(f"waive.{check}", f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)})")
+        elif not isinstance(reason, str) or not reason.strip():
+            r.problem(f"waive.{check}", f"expected the reason as a non-empty string, got {describe(reason)}")
+        else:
+            waivers[check] = reason
+    from harness.spec_cases import read_cases
+
+    symbols, constraints, cases = read_cases(r, r.table(raw, "cases", "", required=True), layouts)
+    roofline = _roofline(r, raw["roofline"]) if isinstance(raw.get("roofline"), dict) else None
+    if "roofline" in raw and not isinstance(raw["roofline"], dict):
+        r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
+    if None in params.values() or any(t is None for t in tensors):
+        return None
+    return Spec(
+        path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
+        reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
+        fallback=fallback, backends=backends, peers=peers, params=params, tensors=tuple(tensors),
+        tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
+        roofline=roofline, timeout_s=r.get(k, "timeout", float, "kernel", default=120.0), sha256=sha,
+    )
+
+
+def _is_table(r: Reader, value, key: str) -> bool:
+    if not isinstance(value, dict):
+        r.problem(key, f"expected a table, got {describe(value)}")
+        return False
+    return True
+
+
+def _expr(r: Reader, source, key: str, functions=None) -> ex.Expr | None:
+    try:
+        return ex.parse(source, functions=functions)
+    except ex.ExprError as exc:
+        r.problem(key, f"bad expression: {exc}")
+        return None
+
+
+def _import_path(r: Reader, table: dict, where: str, name: str = "impl") -> str:
+    value = r.get(table, name, str, where, default="", required=name in ("impl", "reference"))
+    if value and (value.count(":") != 1 or not all(value.split(":"))):
+        r.problem(f"{where}.{name}", f'expected "package.module:function", got "{value}"')
+    return value
+
+
+def _layouts(r: Reader, table: dict, key: str, default) -> tuple[str, ...]:
+    layouts = r.str_list(table, "layouts", key, default=default)
+    for i, lay in enumerate(layouts):
+        if lay not in LAYOUTS:
+            r.problem(f"{key}.layouts[{i}]", f'unknown layout "{lay}"{did_you_mean(lay, LAYOUTS)} (one of {", ".join(LAYOUTS)})')
+    return layouts
+
+
+def _backend(r: Reader, name: str, b: dict) -> Backend:
+    key = f"backends.{name}"
+    r.keys(b, ["impl", "arch", "requires", "tools", "source", "build", "layouts"], key, required=["impl"])
+    arch = r.str_list(b, "arch", key)
+    for i, rule in enumerate(arch):
+        try:
+            parse_rule(rule)
+        except ArchError as exc:
+            r.problem(f"{key}.arch[{i}]", str(exc))
+    source = _import_path(r, b, key, "source") if "source" in b else None
+    build = _import_path(r, b, key, "build") if "build" in b else None
+    layouts = _layouts(r, b, key, ()) if "layouts" in b else None
+    return Backend(name, _import_path(r, b, key), arch, r.str_list(b, "requires", key),
+                   r.str_list(b, "tools", key), source, build, layouts)
+
+
+def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
+    key = f"{'outputs' if output else 'inputs'}.{name}"
+    allowed = ["shape", "dtype"] + ([] if output else ["values", "inplace", "contiguous"])
+    r.keys(t, allowed, key, required=["shape"])
+    shape = r.get(t, "shape", list, key, default=[])
+    dims = []
+    for i, d in enumerate(shape):
+        if isinstance(d, bool) or not isinstance(d, (str, int)):
+            r.problem(f"{key}.shape[{i}]", f"expected a symbol expression or an integer, got {describe(d)}")
+            continue
+        dims.append(_expr(r, d, f"{key}.shape[{i}]"))
+    dtype = r.get(t, "dtype", str, key, default="case")
+    if dtype != "case" and dtype not in DTYPES:
+        r.problem(f"{key}.dtype", f'unknown dtype "{dtype}"{did_you_mean(dtype, DTYPES)}')
+    is_float = dtype == "case" or dtype in FLOAT_DTYPES
+    values = _distribution(r, t.get("values", "normal" if is_float else None), f"{key}.values", is_float)
+    if None in dims or values is None and not output:
+        return None
+    return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()),
+                  r.get(t, "inplace", bool, key, default=False), r.get(t, "contiguous", bool, key, default=False),
+                  output)
+
+
+def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:
+    if source is None:
+        r.problem(key, 'integer tensors need explicit values, e.g. "randint(0, 100)"')
+        return None
+    e = _expr(r, source, key, functions=DISTRIBUTIONS)
+    if e is None:
+        return None
+    body = e.tree.body
+    kind, args = (body.id, ()) if isinstance(body, ex.ast.Name) else (
+        (body.func.id, body.args) if isinstance(body, ex.ast.Call) else (None, ()))
+    if kind not in DISTRIBUTIONS:
+        r.problem(key, f"expected one of {', '.join(DISTRIBUTIONS)} (with arguments), got {describe(source)}")
+        return None
+    if len(args) not in DISTRIBUTIONS[kind]:
+        r.problem(key, f"{kind} takes {' or '.join(map(str, DISTRIBUTIONS[kind]))} arguments, got {len(args)}")
+        return None
+    if kind == "randint" and is_float or kind != "randint" and not is_float:
+        r.problem(key, f"{kind} does not suit a {'floating' if is_float else 'integer'} tensor")
+        return None
+    return Distribution(kind, tuple(ex.parse(ex.ast.unparse(a)) for a in args))
+
+
+def _tolerance(r: Reader, dtype: str, t: dict) -> Tolerance:
+    key = f"tolerance.{dtype}"
+    if dtype not in FLOAT_DTYPES:
+        r.problem(key, f'unknown dtype "{dtype}"{did_you_mean(dtype, FLOAT_DTYPES)}')
+    r.keys(t, ["rtol", "atol", "reason"], key)
+    d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    rtol = r.get(t, "rtol", float, key, default=d_rtol)
+    atol = r.get(t, "atol", float, key, default=d_atol)
+    for n, v in (("rtol", rtol), ("atol", atol)):
+        if v < 0:
+            r.problem(f"{key}.{n}", f"must be >= 0, got {v}")
+    reason = r.get(t, "reason", str, key, default="").strip()
+    if (rtol > d_rtol or atol > d_atol) and not reason:
+        r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}) without a reason")
+    return Tolerance(rtol, atol, reason)
+
+
+def _roofline(r: Reader, t: dict) -> Roofline | None:
+    r.keys(t, ["bytes", "flops", "target"], "roofline", required=["bytes", "flops"])
+    b = _expr(r, t.get("bytes", "0"), "roofline.bytes")
+    f = _expr(r, t.get("flops", "0"), "roofline.flops")
+    target = r.get(t, "target", float, "roofline", default=0.0)
+    if not 0 <= target <= 1:
+        r.problem("roofline.target", f"must be a fraction in [0, 1], got {target}")
+    return Roofline(b, f, target) if b and f else None

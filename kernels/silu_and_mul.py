@@ -1,0 +1,103 @@
+"""SwiGLU activation as vLLM's ``silu_and_mul``: ``out = silu(x[:, :d]) * x[:, d:]``.
+
+x is ``[tokens, 2 * d]`` and out ``[tokens, d]``; computed in fp32 and rounded once to out's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+# Output elements per program: 16 KB of fp32 operands in flight, few enough programs for a long row.
+_TILE = 4096
+# Widest column block; a row-major x is read BLOCK_N contiguous elements at a time.
+_MAX_BLOCK_N = 1024
+
+
+@dataclass(frozen=True)
+class SiluAndMulConfig:
+    block_m: int  # rows per program
+    block_n: int  # output columns per program
+    num_warps: int
+
+    @classmethod
+    def for_shape(cls, n_rows: int, d: int, column_major: bool) -> SiluAndMulConfig:
+        if column_major:
+            # x.t() is contiguous: rows are the fast dimension, so tile tall and narrow to coalesce
+            block_m = min(max(triton.next_power_of_2(n_rows), 16), _MAX_BLOCK_N)
+            block_n = min(max(triton.next_power_of_2(d), 1), max(_TILE // block_m, 1))
+        else:
+            block_n = min(max(triton.next_power_of_2(d), 16), _MAX_BLOCK_N)
+            block_m = min(max(_TILE // block_n, 1), triton.next_power_of_2(max(n_rows, 1)))
+        # 16 output elements per thread: two 16-byte loads of each operand for 16-bit types
+        num_warps = min(max(block_m * block_n // (32 * 16), 1), 8)
+        return cls(block_m=block_m, block_n=block_n, num_warps=num_warps)
+
+
+@triton.jit
+def _silu_and_mul_kernel(
+    x_ptr, out_ptr, n_rows, d, n_col_blocks,
+    stride_xm, stride_xn, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # one flat grid axis: row blocks can pass the 65535 limit of the second axis
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    # int64 offsets: the huge tier has more than 2**31 elements in x
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
+    x_rows = x_ptr + rows[:, None] * stride_xm
+    a = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_rows + (cols + d)[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
+    # exp(-a) overflows to inf for a < -88: a / inf = -0, the right limit
+    y = a / (1.0 + tl.exp(-a)) * b
+    o_ptrs = out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on
+    tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _check_shapes(x: torch.Tensor, out: torch.Tensor) -> None:
+    if x.dim() != 2 or x.shape[1] % 2 or out.shape != (x.shape[0], x.shape[1] // 2):
+        raise ValueError(
+            f"silu_and_mul: expected x [tokens, 2 * d] and out [tokens, d]; got x {tuple(x.shape)}, "
+            f"out {tuple(out.shape)}"
+        )
+
+
+def silu_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Triton kernel; any strides on x and out."""
+    _check_shapes(x, out)
+    n_rows, d = out.shape
+    if out.numel() == 0:
+        return
+    column_major = x.stride(0) == 1 and x.stride(1) != 1
+    cfg = SiluAndMulConfig.for_shape(n_rows, d, column_major)
+    n_col_blocks = triton.cdiv(d, cfg.block_n)
+    grid = (triton.cdiv(n_rows, cfg.block_m) * n_col_blocks,)
+    _silu_and_mul_kernel[grid](
+        x, out, n_rows, d, n_col_blocks,
+        x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+    )  # fmt: skip
+
+
+def silu_and_mul_ref(*, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Plain torch, in fp32 or the input's precision if higher."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    d = x.shape[-1] // 2
+    xf = x.to(acc)
+    out.copy_(torch.nn.functional.silu(xf[..., :d]) * xf[..., d:])
+
+
+def silu_and_mul_liger(*, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Liger-Kernel 0.8's SiLU-and-mul; it takes the two halves as separate contiguous tensors."""
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    if out.numel() == 0:
+        return
+    d = x.shape[-1] // 2
+    out.copy_(LigerSiLUMulFunction.apply(x[..., :d], x[..., d:]))

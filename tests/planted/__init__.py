@@ -1,0 +1,1 @@
+"""Planted kernels: deliberately broken, to prove the harness catches each bug."""
