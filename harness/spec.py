@@ -230,7 +230,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
                if _is_table(r, t, f"inputs.{n}")]
     tensors += [_tensor(r, n, t, True) for n, t in r.table(raw, "outputs", "").items()
                 if _is_table(r, t, f"outputs.{n}")]
-    if not any(t.output or t.inplace for t in tensors):
+    if tensors and None not in tensors and not any(t.output or t.inplace for t in tensors):
         r.problem("outputs", "the kernel writes nothing: declare [outputs] or an input with inplace = true")
     tolerances = {d: _tolerance(r, d, t) for d, t in r.table(raw, "tolerance", "").items()
                   if _is_table(r, t, f"tolerance.{d}")}

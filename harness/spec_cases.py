@@ -82,7 +82,7 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
     base = _case(r, base_t, "edge", "cases.edge.base")
     if base is None:
         return ()
-    generated = [base]
+    generated = []
     for sym, values in r.table(t, "vary", "cases.edge").items():
         if sym not in base.values:
             r.problem(f"cases.edge.vary.{sym}", "varies a symbol the base case does not set")
@@ -95,7 +95,7 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
                 r.problem(f"cases.edge.vary.{sym}", f"expected numbers, got {describe(v)}")
                 continue
             generated.append(Case("edge", tuple((k, v if k == sym else b) for k, b in base.given)))
-    generated = [c for c in generated if _satisfies(c, symbols, constraints)]
+    generated = [base] + [c for c in generated if _satisfies(c, symbols, constraints)]
     generated += [Case("edge", base.given, lay) for lay in LAYOUTS]
     extras = r.get(t, "extra", list, "cases.edge", default=[])
     for i, item in enumerate(extras):

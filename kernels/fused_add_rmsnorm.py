@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import RMSNormConfig
+from kernels.rmsnorm import RMSNormConfig, needs_bf16_rounding, round_to_bf16
 
 
 @triton.jit
@@ -22,6 +22,7 @@ def _fused_add_rmsnorm_kernel(
     x_ptr, r_ptr, w_ptr, n_rows, n_cols,
     stride_xm, stride_xn, stride_rm, stride_rn, stride_w, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    RNE_BF16_X: tl.constexpr, RNE_BF16_R: tl.constexpr,
 ):  # fmt: skip
     # int64 offsets: rows * row stride and (column-major) columns * column stride can pass 2**31
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -36,12 +37,17 @@ def _fused_add_rmsnorm_kernel(
         r_ptrs = r_rows + cols[None, :] * stride_rn
         x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
         r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-        s = (x + r).to(r_ptr.dtype.element_ty)
+        s = x + r
+        if RNE_BF16_R:
+            s = round_to_bf16(s)
+        s = s.to(r_ptr.dtype.element_ty)
         tl.store(r_ptrs, s, mask=mask)
         s = s.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)
         w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         y = s * rstd[:, None] * w[None, :]
+        if RNE_BF16_X:
+            y = round_to_bf16(y)
         tl.store(x_ptrs, y.to(x_ptr.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -51,7 +57,10 @@ def _fused_add_rmsnorm_kernel(
             r_ptrs = r_rows + c[None, :] * stride_rn
             x = tl.load(x_rows + c[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
             r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-            s = (x + r).to(r_ptr.dtype.element_ty)
+            s = x + r
+            if RNE_BF16_R:
+                s = round_to_bf16(s)
+            s = s.to(r_ptr.dtype.element_ty)
             tl.store(r_ptrs, s, mask=mask)
             s = s.to(tl.float32)
             acc += s * s
@@ -65,6 +74,8 @@ def _fused_add_rmsnorm_kernel(
             s = tl.load(r_rows + c[None, :] * stride_rn, mask=mask, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + c * stride_w, mask=col_ok, other=0.0).to(tl.float32)
             y = s * rstd * w[None, :]
+            if RNE_BF16_X:
+                y = round_to_bf16(y)
             tl.store(x_rows + c[None, :] * stride_xn, y.to(x_ptr.dtype.element_ty), mask=mask)
 
 
@@ -86,11 +97,15 @@ def fused_add_rmsnorm(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.
     _fused_add_rmsnorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
         x, residual, weight, n_rows, n_cols,
         x.stride(0), x.stride(1), residual.stride(0), residual.stride(1), weight.stride(0), eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,
+        RNE_BF16_X=needs_bf16_rounding(x), RNE_BF16_R=needs_bf16_rounding(residual),
+        num_warps=cfg.num_warps,
     )  # fmt: skip
 
 
-def fused_add_rmsnorm_ref(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def fused_add_rmsnorm_ref(
+    *, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> None:
     """Plain torch, in fp32 or the inputs' precision if higher; normalises the sum as stored."""
     acc = torch.promote_types(x.dtype, torch.float32)
     residual.copy_(x.to(acc) + residual.to(acc))
@@ -98,7 +113,9 @@ def fused_add_rmsnorm_ref(*, x: torch.Tensor, residual: torch.Tensor, weight: to
     x.copy_(s * torch.rsqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.to(acc))
 
 
-def fused_add_rmsnorm_liger(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def fused_add_rmsnorm_liger(
+    *, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> None:
     """Liger-Kernel 0.8's fused add + RMSNorm (llama casting), copied back into x and residual."""
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 

@@ -20,6 +20,22 @@ _MAX_BLOCK_N = 8192
 _TILE = 4096
 # About two waves of programs on a 132-SM H100/H200: rows are packed only while more remain than this.
 _MIN_PROGRAMS = 264
+# The Triton interpreter (CPU) truncates fp32 -> bf16 where GPUs round to nearest even. Under it the
+# kernels round explicitly before the cast, so CPU runs have GPU numerics; compiled code is unchanged.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def needs_bf16_rounding(t: torch.Tensor) -> bool:
+    """The RNE_BF16 flag for a kernel storing into ``t``."""
+    return INTERPRETED and t.dtype == torch.bfloat16
+
+
+@triton.jit
+def round_to_bf16(y):
+    """fp32 rounded to the nearest bf16 value (ties to even), still fp32: the cast after it is exact."""
+    bits = y.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
 
 
 @dataclass(frozen=True)
@@ -47,7 +63,7 @@ class RMSNormConfig:
 def _rmsnorm_kernel(
     x_ptr, w_ptr, out_ptr, n_rows, n_cols,
     stride_xm, stride_xn, stride_w, stride_om, stride_on, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, RNE_BF16: tl.constexpr,
 ):  # fmt: skip
     # int64 offsets: rows * row stride passes 2**31 in the huge tier, and a column-major tensor has a
     # column stride of `tokens`, so columns * column stride can too
@@ -63,6 +79,8 @@ def _rmsnorm_kernel(
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
         w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         y = x * rstd[:, None] * w[None, :]
+        if RNE_BF16:
+            y = round_to_bf16(y)
         tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -79,6 +97,8 @@ def _rmsnorm_kernel(
             x = tl.load(x_rows + c[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + c * stride_w, mask=col_ok, other=0.0).to(tl.float32)
             y = x * rstd * w[None, :]
+            if RNE_BF16:
+                y = round_to_bf16(y)
             tl.store(o_rows + c[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -100,7 +120,8 @@ def rmsnorm(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: fl
     _rmsnorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
         x, weight, out, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), out.stride(0), out.stride(1), eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,
+        RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps,
     )  # fmt: skip
 
 
@@ -263,13 +284,12 @@ extern "C" const char* kh_rmsnorm_launch(int dtype, void* out, const void* x, co
   if (rows > 2147483647 || hidden > 2147483647) return "more than 2**31 - 1 rows or columns";
   const cudaStream_t s = (cudaStream_t)stream;
   const int h = (int)hidden;
+  const int64_t xs = x_row_stride, os = out_row_stride;
   cudaError_t err;
   switch (dtype) {
-    case 0: err = kh_rmsnorm::launch<float>(out, x, weight, rows, h, x_row_stride, out_row_stride, eps, s); break;
-    case 1: err = kh_rmsnorm::launch<__half>(out, x, weight, rows, h, x_row_stride, out_row_stride, eps, s); break;
-    case 2:
-      err = kh_rmsnorm::launch<__nv_bfloat16>(out, x, weight, rows, h, x_row_stride, out_row_stride, eps, s);
-      break;
+    case 0: err = kh_rmsnorm::launch<float>(out, x, weight, rows, h, xs, os, eps, s); break;
+    case 1: err = kh_rmsnorm::launch<__half>(out, x, weight, rows, h, xs, os, eps, s); break;
+    case 2: err = kh_rmsnorm::launch<__nv_bfloat16>(out, x, weight, rows, h, xs, os, eps, s); break;
     default: return "unsupported dtype code";
   }
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
@@ -326,13 +346,14 @@ def rmsnorm_cuda(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, ep
     for name, t in (("x", x), ("out", out)):
         if t.stride(1) != 1:
             raise ValueError(
-                f"rmsnorm_cuda: {name} must be contiguous in its last dimension (strides {tuple(t.stride())}); "
-                "this backend supports contiguous and padded rows only, use the triton backend"
+                f"rmsnorm_cuda: {name} must be contiguous in its last dimension (strides "
+                f"{tuple(t.stride())}); this backend supports contiguous and padded rows only, use the "
+                "triton backend"
             )
     if x.dtype not in _CUDA_DTYPES or weight.dtype != x.dtype or out.dtype != x.dtype:
         raise ValueError(
-            f"rmsnorm_cuda: x, weight and out must share one of fp32/fp16/bf16; got {x.dtype}, {weight.dtype}, "
-            f"{out.dtype}"
+            "rmsnorm_cuda: x, weight and out must share one of fp32/fp16/bf16; got "
+            f"{x.dtype}, {weight.dtype}, {out.dtype}"
         )
     if not (x.is_cuda and weight.is_cuda and out.is_cuda):
         raise ValueError("rmsnorm_cuda: tensors must be on a CUDA device")

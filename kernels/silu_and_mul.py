@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+
 # Output elements per program: 16 KB of fp32 operands in flight, few enough programs for a long row.
 _TILE = 4096
 # Widest column block; a row-major x is read BLOCK_N contiguous elements at a time.
@@ -41,7 +43,7 @@ class SiluAndMulConfig:
 def _silu_and_mul_kernel(
     x_ptr, out_ptr, n_rows, d, n_col_blocks,
     stride_xm, stride_xn, stride_om, stride_on,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RNE_BF16: tl.constexpr,
 ):  # fmt: skip
     # one flat grid axis: row blocks can pass the 65535 limit of the second axis
     pid = tl.program_id(0)
@@ -56,6 +58,8 @@ def _silu_and_mul_kernel(
     b = tl.load(x_rows + (cols + d)[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
     # exp(-a) overflows to inf for a < -88: a / inf = -0, the right limit
     y = a / (1.0 + tl.exp(-a)) * b
+    if RNE_BF16:
+        y = round_to_bf16(y)
     o_ptrs = out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on
     tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -81,7 +85,7 @@ def silu_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
     _silu_and_mul_kernel[grid](
         x, out, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps,
     )  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def render_plots(results: Results, out_dir: Path) -> Plots:
         notes.append("Roofline plot skipped: no measured case has both a bytes and a flops model.")
     else:
         try:
-            _save(_roofline_figure(Figure, results, points), Canvas, out_dir / "roofline.png")
+            _save(_roofline_figure(Figure, Canvas, results, points), Canvas, out_dir / "roofline.png")
             roofline = "roofline.png"
         except Exception as exc:
             notes.append(f"Roofline plot failed: {exc.__class__.__name__}: {exc}")
@@ -111,10 +111,14 @@ def _dist_figure(Figure, kernel: str, cases: list[CaseResult], provider_colour: 
             patch.set_alpha(0.75)
         low = min(min(d) for d in data)
         high = max(max(d) for d in data)
-        if low > 0 and high / low > LOG_SPREAD:
+        log = low > 0 and high / low > LOG_SPREAD
+        if log:
             ax.set_yscale("log")
+        for i, c in enumerate(group, start=1):  # tight boxes on a log axis are hard to read: print the median
+            ax.annotate(f"{c.stats['median']:.4g}", (i, c.stats["median"]), xytext=(0, 6),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
         ax.set_title(f"{shape_label(group[0].shape)}  [{dtype}]", fontsize=9, wrap=True)
-        ax.set_ylabel("µs")
+        ax.set_ylabel("µs (log scale)" if log else "µs")
         ax.grid(axis="y", alpha=0.3)
         ax.tick_params(axis="x", labelrotation=20 if len(group) > 3 else 0, labelsize=8)
     for ax in list(axes.flat)[len(panels):]:
@@ -130,10 +134,11 @@ def _roofline_point(case: CaseResult) -> tuple[float, float] | None:
     return case.flops / case.bytes, case.tflops
 
 
-def _roofline_figure(Figure, results: Results, points: list[CaseResult]):
+def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult]):
     from matplotlib.lines import Line2D
 
     fig = Figure(figsize=(10, 6.2), layout="constrained")
+    Canvas(fig)
     ax = fig.add_subplot()
     xy = [_roofline_point(c) for c in points]
     xs = [p[0] for p in xy]
@@ -150,8 +155,6 @@ def _roofline_figure(Figure, results: Results, points: list[CaseResult]):
     if bw:
         x_end = roof / bw if compute else x_hi
         ax.plot([x_lo, x_end], [bw * x_lo, bw * x_end], color="black", lw=1.6)
-        ax.annotate(f"measured copy {copy_gbps:,.0f} GB/s", (x_lo * 1.3, bw * x_lo * 1.3),
-                    rotation=0, fontsize=8, va="bottom")
     for dtype, peak in sorted(compute.items(), key=lambda kv: -kv[1]):
         start = peak / bw if bw else x_lo
         ax.plot([start, x_hi], [peak, peak], color="dimgray", lw=1.2, ls="--")
@@ -176,4 +179,11 @@ def _roofline_figure(Figure, results: Results, points: list[CaseResult]):
     ax.add_artist(first)
     ax.legend(handles=[Line2D([], [], ls="", marker=pmarker[p], color="gray", label=p) for p in providers],
               title="provider", loc="lower right", fontsize=8)
+    if bw:  # label the slope along itself, high up where the points are not; angle once the layout is final
+        fig.canvas.draw()
+        x_text = math.sqrt(x_lo * x_end) * 2
+        p0, p1 = ax.transData.transform([(x_text, bw * x_text), (x_text * 2, bw * x_text * 2)])
+        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+        ax.annotate(f"measured copy {copy_gbps:,.0f} GB/s", (x_text, bw * x_text), xytext=(0, 5),
+                    textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=8)
     return fig

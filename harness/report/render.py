@@ -7,6 +7,7 @@ here as escaped strings, the template (templates/report.md.j2) only lays them ou
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,9 +20,10 @@ from harness.results import CaseResult, Results, atomic_write_text, load_results
 TEMPLATES = Path(__file__).parent / "templates"
 BASELINE_ORDER = ("reference", "torch.compile")
 PROVIDER_LABEL = {"reference": "eager"}
-VERDICT_TEXT = {"pass": "pass", "below-target": "**below target**", "model-error": "**model error**",
+VERDICT_TEXT = {"pass": "pass", "below-target": "**below\u00a0target**", "model-error": "**model\u00a0error**",
                 "n/a": "n/a"}
 DASH = "—"
+NBSP = "\u00a0"  # keeps "3.21x [3.18, 3.25]" on one line in a narrow table column
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -30,11 +32,12 @@ def num(x, sig: int = 4) -> str:
     """3-4 significant digits, thousands separators from 1,000 up; never scientific for times."""
     if x is None:
         return DASH
-    if x == 0:
-        return "0"
+    if isinstance(x, int) or x == 0:
+        return f"{x:,.0f}"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
-    return f"{x:.{sig}g}"
+    text = f"{x:#.{sig}g}"  # '#' keeps trailing zeros: 13.0x, not 13x, beside 12.7x
+    return text[:-1] if text.endswith(".") else text
 
 
 def interval(mid, lo, hi, sig: int = 3, unit: str = "") -> str:
@@ -47,7 +50,7 @@ def interval(mid, lo, hi, sig: int = 3, unit: str = "") -> str:
         parts = [num(v, digits) for v in (lo, mid, hi)]
         if len({*parts}) == len({lo, mid, hi}):
             break
-    return f"{parts[1]}{unit} [{parts[0]}, {parts[2]}]"
+    return f"{parts[1]}{unit}{NBSP}[{parts[0]},{NBSP}{parts[2]}]"
 
 
 def pct(x, sig: int = 3) -> str:
@@ -99,7 +102,7 @@ def _verdict(c: CaseResult) -> str:
         return f"**{c.status}**"
     text = VERDICT_TEXT.get(c.verdict, cell(c.verdict))
     if c.verdict == "below-target" and c.target is not None:
-        text += f" ({pct(c.target * 100)})"
+        text += f"{NBSP}({pct(c.target * 100, 2)})"
     return text
 
 
@@ -184,7 +187,7 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
             s = c.stats
             name = f"**{code(c.provider)}**" if c is fastest and len(group) > 1 else code(c.provider)
             rows.append([name, num(s["n"]), interval(s["median"], s["median_ci_lo"], s["median_ci_hi"], sig=4),
-                         f"{num(s['p5'])} – {num(s['p95'])}", num(s["iqr"]),
+                         f"{num(s['p5'])}{NBSP}–{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
                          num(c.gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c), cell(c.stop_reason)])
@@ -270,7 +273,7 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
     kernels = list(dict.fromkeys(c.kernel for c in results.cases))
     return {
         "device": cell(env.get("device") or "unknown device"),
-        "arch": cell(env["arch"]) if env.get("arch") else "",
+        "arch": code(env["arch"]) if env.get("arch") else "",
         "date": cell(date[:10]) if date else "date not recorded",
         "complete": results.complete,
         "how_measured": _how_measured(results),
@@ -303,6 +306,7 @@ def render_report(results: Results | str | os.PathLike, out_dir: str | os.PathLi
     out.mkdir(parents=True, exist_ok=True)
     plots = render_plots(results, out)
     text = _environment().get_template("report.md.j2").render(**build_context(results, plots, results_name))
+    text = re.sub(r"\n{3,}", "\n\n", text)  # the template may be generous with blank lines
     path = out / "report.md"
     atomic_write_text(path, text)
     return path

@@ -1,0 +1,5 @@
+"""``python -m harness``: the command line."""
+
+from harness.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Malformed specs: each gives exactly one clear line naming the file and the key, and exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import main
+
+VALID = """\
+[kernel]
+name = "scale"
+summary = "out = x * w * 2"
+reference = "tests.planted.broken_kernels:scale_ref"
+dtypes = ["fp32", "fp16", "bf16"]
+layouts = ["padded", "strided", "transposed"]
+fallback = ["triton", "reference"]
+
+[backends.triton]
+impl = "tests.planted.broken_kernels:scale"
+arch = ["cpu", ">=sm_80"]
+requires = ["triton"]
+
+[params]
+
+[inputs.x]
+shape = ["rows", "cols"]
+values = "normal"
+
+[inputs.w]
+shape = ["cols"]
+
+[outputs.out]
+shape = ["rows", "cols"]
+
+[tolerance.bf16]
+rtol = 1.6e-2
+
+[cases]
+constraints = ["cols >= 0"]
+
+[cases.edge]
+base = { rows = 5, cols = 33 }
+vary = { rows = [0, 1], cols = [1, 83] }
+
+[[cases.ci]]
+rows = 16
+cols = 128
+
+[roofline]
+bytes = "bytes_x + bytes_w + bytes_out"
+flops = "2 * numel_x"
+target = 0.5
+"""
+
+# (replace this, with that, expected fragments of the single error line)
+CASES = [
+    ('rtol = 1.6e-2', 'rtol = "1e-2x"', 'tolerance.bf16.rtol: expected a number, got "1e-2x"'),
+    ('summary = "out', 'sumary = "out', "kernel.sumary: unknown key (did you mean 'summary'?)"),
+    ('[inputs.w]\nshape = ["cols"]', '[inputs.w]\nshape = ["colz"]', "inputs.w.shape[0]: undefined symbol 'colz' (did you mean 'cols'?)"),
+    ('shape = ["rows", "cols"]\nvalues', 'shape = ["rows", "cols +"]\nvalues', "inputs.x.shape[1]: bad expression"),
+    ('impl = "tests.planted.broken_kernels:scale"', 'impl = "tests.planted.broken_kernels:nope"', "backends.triton.impl: cannot import"),
+    ('impl = "tests.planted.broken_kernels:scale"', 'impl = "tests.planted.nosuchmodule:scale"', "no module named 'tests.planted.nosuchmodule'"),
+    ('impl = "tests.planted.broken_kernels:scale"', 'impl = "scale_without_module"', 'backends.triton.impl: expected "package.module:function"'),
+    ('dtypes = ["fp32", "fp16", "bf16"]', 'dtypes = ["fp32", "fp61"]', 'kernel.dtypes[1]: unknown dtype "fp61" (did you mean'),
+    ('rtol = 1.6e-2', 'rtol = 0.5', "tolerance.bf16: loosens the default (rtol 0.016, atol 1e-05) without a reason"),
+    ('arch = ["cpu", ">=sm_80"]', 'arch = ["cpu", ">=sm80"]', "backends.triton.arch[1]: bad architecture rule '>=sm80'"),
+    ('fallback = ["triton", "reference"]', 'fallback = ["cuda", "reference"]', 'kernel.fallback[0]: no backend "cuda"'),
+    ('layouts = ["padded", "strided", "transposed"]', 'layouts = ["paded"]', 'kernel.layouts[0]: unknown layout "paded" (did you mean \'padded\'?)'),
+    ('name = "scale"', 'name = "scales"', 'kernel.name: "scales" must match the file name "scale"'),
+    ('values = "normal"', 'values = "gaussian"', "inputs.x.values: expected one of normal, uniform, randint"),
+    ('values = "normal"', 'values = "uniform(0)"', "inputs.x.values: uniform takes 2 arguments, got 1"),
+    ('[[cases.ci]]\nrows = 16', '[[cases.ci]]\nrows = "sixteen"', 'cases.ci[0].rows: expected a number or boolean, got "sixteen"'),
+    ('constraints = ["cols >= 0"]', 'constraints = ["cols < 100"]', "cases.ci[0]: breaks constraint 'cols < 100'"),
+    ('vary = { rows = [0, 1], cols = [1, 83] }', 'vary = { rows = [1], cols = [83] }', "cases.edge: no generated case has a 0-size dimension"),
+    ('bytes = "bytes_x + bytes_w + bytes_out"', 'bytes = "bytes_x + bytes_y"', "roofline.bytes: undefined symbol 'bytes_y'"),
+    ('target = 0.5', 'target = 1.5', "roofline.target: must be a fraction in [0, 1], got 1.5"),
+    ('[params]', '[params]\neps = { value = 1e-6, expr = "cols" }', "params.eps: give exactly one of value"),
+    ('[params]', '[waive]\ndeterminism = ""\n[params]', "waive.determinism: expected the reason as a non-empty string"),
+    ('[params]', '[waive]\nspeed = "fast enough"\n[params]', "waive.speed: not a waivable check"),
+    ('[roofline]', '[rooflne]', "rooflne: unknown key (did you mean 'roofline'?)"),
+    ('name = "scale"', 'name = "scale"\nname = "again"', "invalid TOML"),
+    ('[[cases.ci]]\nrows = 16\ncols = 128', '[[cases.ci]]\nrows = 16\ncols = 128\nheadline = true', "cases.ci[0].headline: only bench cases"),
+]
+
+
+def _validate(tmp_path, capsys, text: str):
+    path = tmp_path / "scale.toml"
+    path.write_text(text)
+    code = main(["validate", str(path)])
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines(), str(path)
+
+
+def test_valid_spec_passes(tmp_path, capsys):
+    code, err, _ = _validate(tmp_path, capsys, VALID)
+    assert code == 0 and err == []
+
+
+def test_there_are_enough_malformed_specs():
+    assert len(CASES) >= 15
+
+
+@pytest.mark.parametrize("old, new, expected", CASES, ids=[c[2][:40] for c in CASES])
+def test_malformed_spec_gives_one_line(tmp_path, capsys, old, new, expected):
+    assert old in VALID, old
+    code, err, path = _validate(tmp_path, capsys, VALID.replace(old, new, 1))
+    assert code == 2
+    assert len(err) == 1, err
+    assert err[0].startswith(f"{path}: "), err[0]
+    assert expected in err[0], err[0]
+    assert "Traceback" not in err[0]
+
+
+def test_missing_file(tmp_path, capsys):
+    code = main(["validate", str(tmp_path / "nope.toml")])
+    assert code == 2 and "nope.toml: file not found" in capsys.readouterr().err
+
+
+def test_broken_spec_becomes_one_failing_item_and_others_still_run(pytester):
+    """At collection a spec mistake is one failing item with its line, never a traceback."""
+    pytester.makefile(".toml", **{"specs/scale": VALID.replace('rtol = 1.6e-2', 'rtol = "x"')})
+    result = pytester.runpytest_subprocess("--specs", "specs", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*tolerance.bf16.rtol: expected a number, got \"x\"*", "*1 failed*"])
+    assert "Traceback" not in result.stdout.str()
