@@ -25,9 +25,8 @@ def _pip(session: nox.Session, *args: str) -> None:
 
 def _install(session: nox.Session, extras: str = "dev") -> None:
     """The project in editable mode, plus torch only when none is importable."""
-    has_torch = session.run("python", "-c", "import torch", success_codes=[0, 1], silent=True,
-                            log=False) is not False
-    if not has_torch:
+    probe = "import importlib.util; print(importlib.util.find_spec('torch') is not None)"
+    if "True" not in (session.run("python", "-c", probe, silent=True) or ""):
         _pip(session, TORCH_SPEC)
     _pip(session, "-e", f".[{extras}]")
 

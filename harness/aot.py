@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import io
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.cudabuild import (
+    ARCH_LIMITS,
+    DEFAULT_ARCHS,
     Resources,
     find_tool,
     normalize_arch,
@@ -32,12 +35,12 @@ from harness.cudabuild import (
     parse_res_usage,
     res_usage,
     reserved_shared,
+    resource_problems,
     user_static_shared,
 )
 
-__all__ = ["LaunchRecord", "Resources", "CompileResult", "TableRow", "ARCH_LIMITS", "record_launches",
-           "intercept_launches", "as_jit_function", "compile_launch", "compile_all", "check", "table_rows",
-           "render_table", "normalize_arch"]
+__all__ = ["ARCH_LIMITS", "LaunchRecord", "Resources", "CompileResult", "TableRow", "record_launches",
+           "intercept_launches", "compile_launch", "compile_all", "check", "table_rows", "render_table"]
 
 # ---------------------------------------------------------------------------------------------- records
 
@@ -87,26 +90,6 @@ class CompileResult:
 def _short(v: Any) -> str:
     s = str(v)
     return s.removeprefix("triton.language.") if len(s) < 40 else s[:37] + "..."
-
-
-# ---------------------------------------------------------------------------------------------- arch limits
-
-
-@dataclass(frozen=True)
-class ArchLimits:
-    shared_optin_bytes: int
-    registers_per_thread: int = 255
-    registers_per_block: int = 65536
-
-
-ARCH_LIMITS = {
-    "sm_80": ArchLimits(166912),
-    "sm_86": ArchLimits(101376),
-    "sm_89": ArchLimits(101376),
-    "sm_90": ArchLimits(232448),
-    "sm_100": ArchLimits(232448),
-}
-DEFAULT_ARCHS = ("sm_80", "sm_90", "sm_100")
 
 
 # ---------------------------------------------------------------------------------------------- jit functions
@@ -295,34 +278,26 @@ def _storage_span(t) -> int:
     return t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True)) + 1
 
 
-def _tensor_bytes(obj: Any) -> int:
+def _map_tensors(obj: Any, f: Callable) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return _storage_span(obj) * obj.element_size()
+        return f(obj)
     if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in obj)
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    return 0
+        return type(obj)(_map_tensors(v, f) for v in obj)
+    return {k: _map_tensors(v, f) for k, v in obj.items()} if isinstance(obj, dict) else obj
 
 
-def _rehome(obj: Any, device: str) -> Any:
-    """Same shapes, strides, offsets and dtypes on `device`; CPU copies carry the data (a launcher may read
-    it, e.g. `.item()`), meta ones carry none."""
+def _rehome(t, device: str):
+    """Same shape, strides, offset and dtype on `device`; CPU copies carry the data (a launcher may read it,
+    e.g. `.item()`), meta ones none."""
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        span = _storage_span(obj)
-        base = torch.zeros(span, dtype=obj.dtype, device=device)
-        if device != "meta" and obj.device.type != "meta" and span:
-            base.copy_(obj.detach().as_strided((span,), (1,), 0))
-        return base.as_strided(obj.shape, obj.stride(), obj.storage_offset())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_rehome(v, device) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _rehome(v, device) for k, v in obj.items()}
-    return obj
+    span = _storage_span(t)
+    base = torch.zeros(span, dtype=t.dtype, device=device)
+    if device != "meta" and t.device.type != "meta" and span:
+        base.copy_(t.detach().as_strided((span,), (1,), 0))
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def record_launches(fn: Callable, kwargs: dict[str, Any], *, cpu_fallback_bytes: int = 64 << 20
@@ -333,16 +308,18 @@ def record_launches(fn: Callable, kwargs: dict[str, Any], *, cpu_fallback_bytes:
     `cpu_fallback_bytes`; the records then say so in `note` and a warning is issued."""
     try:
         with intercept_launches() as records:
-            fn(**_rehome(kwargs, "meta"))
+            fn(**_map_tensors(kwargs, lambda t: _rehome(t, "meta")))
         return list(records)
     except Exception as meta_error:
-        need = _tensor_bytes(kwargs)
+        sizes: list[int] = []
+        _map_tensors(kwargs, lambda t: sizes.append(_storage_span(t) * t.element_size()))
+        need = sum(sizes)
         if need > cpu_fallback_bytes:
             raise RuntimeError(f"launcher failed on meta tensors ({type(meta_error).__name__}: {meta_error}) "
                                f"and its tensors ({need} bytes) exceed the CPU fallback limit "
                                f"({cpu_fallback_bytes} bytes); use a smaller case") from meta_error
         with intercept_launches() as records:
-            fn(**_rehome(kwargs, "cpu"))
+            fn(**_map_tensors(kwargs, lambda t: _rehome(t, "cpu")))
         first = (str(meta_error).strip().splitlines() or [""])[0]
         note = f"recorded with CPU tensors: meta failed ({type(meta_error).__name__}: {first})"
         warnings.warn(f"{getattr(fn, '__name__', fn)}: {note}", stacklevel=2)
@@ -422,11 +399,10 @@ def _cubin_resources(kernel, name: str, cap: int, log: str) -> tuple[Resources |
     if not spills and kernel.asm.get("ptx"):
         spills, source = _ptxas_rerun(kernel.asm["ptx"], cap), "ptxas rerun"
     dynamic = int(getattr(kernel.metadata, "shared", 0) or 0)
-    res = Resources(registers=entry["REG"],
-                    # the module holds this kernel and its noinline callees only: all of it is this launch's
-                    spill_store_bytes=sum(v[1] for v in spills.values()),
-                    spill_load_bytes=sum(v[2] for v in spills.values()),
-                    stack_bytes=entry["STACK"], local_bytes=entry["LOCAL"],
+    # the module holds this kernel and its noinline callees only: all their spills are this launch's
+    res = Resources(registers=entry["REG"], spill_store_bytes=sum(v[1] for v in spills.values()),
+                    spill_load_bytes=sum(v[2] for v in spills.values()), stack_bytes=entry["STACK"],
+                    local_bytes=entry["LOCAL"],
                     shared_bytes=user_static_shared(entry["SHARED"], reserved_shared(cubin)) + dynamic)
     return res, source, "" if spills else "spill bytes unavailable (no ptxas -v report)"
 
@@ -477,20 +453,8 @@ def _problems(result: CompileResult, arch: str, allow_spills: bool) -> list[str]
     r = result.resources
     if r is None:
         return [f"resources not read: {result.error}"]
-    out = [result.error] if result.error else []
-    if not allow_spills and (r.spill_store_bytes or r.spill_load_bytes):
-        out.append(f"spills {r.spill_store_bytes} B stored / {r.spill_load_bytes} B loaded")
-    lim = ARCH_LIMITS.get(arch)
-    if lim is None:
-        return out + [f"no limits known for {arch}"]
-    if r.shared_bytes > lim.shared_optin_bytes:
-        out.append(f"shared memory {r.shared_bytes} B > {arch} limit {lim.shared_optin_bytes} B")
-    if r.registers > lim.registers_per_thread:
-        out.append(f"{r.registers} registers/thread > {lim.registers_per_thread}")
     threads = result.record.num_warps * 32 if result.record else 0
-    if r.registers * threads > lim.registers_per_block:
-        out.append(f"{r.registers} registers x {threads} threads > {lim.registers_per_block} per block")
-    return out
+    return ([result.error] if result.error else []) + resource_problems(r, arch, allow_spills, threads)
 
 
 def check(result: CompileResult, arch: str | int | None = None, allow_spills: bool = False) -> list[str]:

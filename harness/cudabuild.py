@@ -24,7 +24,7 @@ class Resources:
     spill_load_bytes: int
     stack_bytes: int
     local_bytes: int
-    shared_bytes: int  # static (less the 1 KiB sm_90+ binaries reserve) + dynamic: what meets the opt-in limit
+    shared_bytes: int  # static (less the 1 KiB sm_90+ binaries reserve) + dynamic: what meets the limit
 
 
 def normalize_arch(arch: str | int) -> tuple[str, int]:
@@ -33,6 +33,41 @@ def normalize_arch(arch: str | int) -> tuple[str, int]:
     if not m:
         raise ValueError(f"not a CUDA architecture: {arch!r}")
     return f"sm_{m.group(1)}", int(m.group(1))
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    shared_optin_bytes: int  # per block, static + dynamic, after cudaFuncSetAttribute opt-in
+    registers_per_thread: int = 255
+    registers_per_block: int = 65536
+
+
+ARCH_LIMITS = {
+    "sm_80": ArchLimits(166912),
+    "sm_86": ArchLimits(101376),
+    "sm_89": ArchLimits(101376),
+    "sm_90": ArchLimits(232448),
+    "sm_100": ArchLimits(232448),
+}
+DEFAULT_ARCHS = ("sm_80", "sm_90", "sm_100")
+
+
+def resource_problems(r: Resources, arch: str, allow_spills: bool, threads: int = 0) -> list[str]:
+    """What in `r` breaks `arch`'s limits; `threads` per block (0: unknown) adds the register-file check."""
+    arch = normalize_arch(arch)[0]
+    out = []
+    if not allow_spills and (r.spill_store_bytes or r.spill_load_bytes):
+        out.append(f"spills {r.spill_store_bytes} B stored / {r.spill_load_bytes} B loaded")
+    lim = ARCH_LIMITS.get(arch)
+    if lim is None:
+        return out + [f"no limits known for {arch}"]
+    if r.shared_bytes > lim.shared_optin_bytes:
+        out.append(f"shared memory {r.shared_bytes} B > {arch} limit {lim.shared_optin_bytes} B")
+    if r.registers > lim.registers_per_thread:
+        out.append(f"{r.registers} registers/thread > {lim.registers_per_thread}")
+    if r.registers * threads > lim.registers_per_block:
+        out.append(f"{r.registers} registers x {threads} threads > {lim.registers_per_block} per block")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ tools
@@ -95,7 +130,8 @@ def parse_res_usage(text: str) -> dict[tuple[str | None, str], dict[str, int]]:
         elif m := _RES_FN.match(line):
             fn = m.group(1)
         elif fn and (m := _RES_VALS.search(line)):
-            out[(arch, fn)] = dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, m.groups()), strict=True))
+            out[(arch, fn)] = dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, m.groups()),
+                                       strict=True))
             fn = None
     return out
 
@@ -179,7 +215,7 @@ def _listed(tool: str, flag: str, path: str) -> tuple[str, ...]:
     return tuple(sorted({normalize_arch(a)[0] for a in found}, key=lambda a: normalize_arch(a)[1]))
 
 
-def build_cuda(source: str, archs=("sm_80", "sm_90", "sm_100"), *, nvcc: str | None = None,
+def build_cuda(source: str, archs=DEFAULT_ARCHS, *, nvcc: str | None = None,
                extra_flags: tuple[str, ...] = (), timeout_s: float = 300) -> CudaBuildResult:
     """nvcc `source` to a fatbin with SASS for each arch and PTX for the newest; check and read it."""
     archs = tuple(str(a) if re.fullmatch(r"sm_\d+a?", str(a)) else normalize_arch(a)[0] for a in archs)
@@ -191,8 +227,8 @@ def build_cuda(source: str, archs=("sm_80", "sm_90", "sm_100"), *, nvcc: str | N
         src, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel.fatbin")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [nvcc, "-fatbin", "-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-v", *_gencode(list(archs)),
-               *extra_flags, src, "-o", out]
+        cmd = [nvcc, "-fatbin", "-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-v",
+               *_gencode(list(archs)), *extra_flags, src, "-o", out]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=d)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -208,8 +244,8 @@ def build_cuda(source: str, archs=("sm_80", "sm_90", "sm_100"), *, nvcc: str | N
         build_s = time.perf_counter() - t0
         tool = find_tool("cuobjdump")
         if tool is None:
-            return CudaBuildResult(status="ok", archs=archs, problems=("cuobjdump not found: binary not checked",),
-                                   build_s=build_s, nvcc=nvcc, fatbin=fatbin)
+            return CudaBuildResult(status="ok", archs=archs, build_s=build_s, nvcc=nvcc, fatbin=fatbin,
+                                   problems=("cuobjdump not found: binary not checked",))
         sass, ptx = _listed(tool, "--list-elf", out), _listed(tool, "--list-ptx", out)
         kernels = _kernel_resources(tool, out, d, log)
     problems = [f"no SASS for {a}" for a in archs if normalize_arch(a)[0] not in sass]
@@ -230,7 +266,8 @@ def _kernel_resources(tool: str, fatbin: str, workdir: str, ptxas_log: str) -> t
     out = []
     for (arch, fn), v in parse_res_usage(text).items():
         _, st, ld = spills.get((arch, fn), (0, 0, 0))
+        shared = user_static_shared(v["SHARED"], reserved.get(arch, 0))
         res = Resources(registers=v["REG"], spill_store_bytes=st, spill_load_bytes=ld, stack_bytes=v["STACK"],
-                        local_bytes=v["LOCAL"], shared_bytes=user_static_shared(v["SHARED"], reserved.get(arch, 0)))
+                        local_bytes=v["LOCAL"], shared_bytes=shared)
         out.append(KernelResources(fn, arch or "", res))
     return tuple(out)

@@ -120,11 +120,11 @@ def _summary(results: Results) -> dict:
             row = [cell(kernel), cell(shape_label(c.shape)), dtype, code(c.provider),
                    num(_median(c)) if c.status == "ok" else DASH, pct(c.pct_roofline)]
             for p in others:
-                s = c.speedups.get(p)
-                if s:
-                    row.append(interval(s["ratio"], s["lo"], s["hi"], unit="x"))
-                elif p in status and status[p] != "ok":
+                s = c.speedups.get(p) if c.status == "ok" else None
+                if p in status and status[p] != "ok":  # never a speedup against a wrong or failed run
                     row.append(f"{DASH} ({status[p]})")
+                elif s:
+                    row.append(interval(s["ratio"], s["lo"], s["hi"], unit="x"))
                 else:
                     row.append(DASH)
             row.append(code(fastest.provider) if fastest else DASH)
