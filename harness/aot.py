@@ -94,7 +94,8 @@ def _short(v: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- jit functions
 
-_JIT_MEMO: dict[Any, Any] = {}
+_JIT_MEMO: dict[Any, Any] = {}       # python function -> its JITFunction
+_GLOBALS_MEMO: dict[int, dict] = {}  # id(module globals) -> copy with interpreted functions made JITFunctions
 
 
 def _interpreted_cls():
@@ -105,7 +106,7 @@ def _interpreted_cls():
         return ()
 
 
-def as_jit_function(obj: Any):
+def as_jit_function(obj: Any, rewrite_globals: bool = True):
     """The compilable JITFunction behind a kernel object: unwraps autotuners/heuristics, and rebuilds one
     from the Python function when TRITON_INTERPRET=1 made it an InterpretedFunction (callees included)."""
     from triton.runtime.jit import JITFunction
@@ -125,9 +126,36 @@ def as_jit_function(obj: Any):
         kwargs = dict(getattr(obj, "kwargs", {}))
     accepted = inspect.signature(JITFunction.__init__).parameters
     kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    jit = JITFunction(_with_jit_globals(pyfn), **kwargs)
-    _JIT_MEMO[pyfn] = jit
-    return jit
+    fn = _with_jit_globals(pyfn) if rewrite_globals else pyfn
+    return _JIT_MEMO.setdefault(pyfn, JITFunction(fn, **kwargs))  # a cycle may have made one meanwhile
+
+
+@contextlib.contextmanager
+def _jit_language():
+    """Under TRITON_INTERPRET=1 Triton's own @jit library (tl.sum, tl.softmax, tensor.sum, ...) is interpreted
+    too; the code generator would call those as Python (and leave the interpreter's patches on `tl`).
+    Swap in JITFunctions, in place, for the duration of a compile."""
+    import sys
+
+    interp = _interpreted_cls()
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        if interp:
+            from triton.language.core import tensor
+
+            mods = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m]
+            for owner in [*mods, tensor]:
+                for attr, val in list(vars(owner).items()):
+                    cells = [c.cell_contents for c in getattr(val, "__closure__", None) or ()
+                             if owner is tensor and isinstance(c.cell_contents, interp)]  # member wrappers
+                    target = val if isinstance(val, interp) else (cells[0] if cells else None)
+                    if target is not None:
+                        saved.append((owner, attr, val))
+                        setattr(owner, attr, as_jit_function(target, rewrite_globals=False))
+        yield
+    finally:
+        for owner, attr, val in reversed(saved):
+            setattr(owner, attr, val)
 
 
 def _needs_rewrite(globs: dict) -> bool:
@@ -144,19 +172,22 @@ def _module_has(mod: types.ModuleType, interp) -> bool:
 
 def _with_jit_globals(pyfn: Callable) -> Callable:
     """Same function over a copy of its globals in which interpreted callees (also those reached as module
-    attributes) are JITFunctions, so Triton's code generator can compile it."""
+    attributes) are JITFunctions, so Triton's code generator can compile it. One copy per module, registered
+    before it is filled, so functions of a module that refer to each other end up sharing it."""
     interp = _interpreted_cls()
     if not _needs_rewrite(pyfn.__globals__):
         return pyfn
-    globs = dict(pyfn.__globals__)
-    for name, val in list(globs.items()):
-        if isinstance(val, interp):
-            globs[name] = as_jit_function(val)
-        elif isinstance(val, types.ModuleType) and _module_has(val, interp):
-            proxy = types.ModuleType(val.__name__)
-            proxy.__dict__.update({k: as_jit_function(v) if isinstance(v, interp) else v
-                                   for k, v in vars(val).items()})
-            globs[name] = proxy
+    globs = _GLOBALS_MEMO.get(id(pyfn.__globals__))
+    if globs is None:
+        globs = _GLOBALS_MEMO[id(pyfn.__globals__)] = dict(pyfn.__globals__)
+        for name, val in list(globs.items()):
+            if isinstance(val, interp):
+                globs[name] = as_jit_function(val)
+            elif isinstance(val, types.ModuleType) and _module_has(val, interp):
+                proxy = types.ModuleType(val.__name__)
+                proxy.__dict__.update({k: as_jit_function(v) if isinstance(v, interp) else v
+                                       for k, v in vars(val).items()})
+                globs[name] = proxy
     new = types.FunctionType(pyfn.__code__, globs, pyfn.__name__, pyfn.__defaults__, pyfn.__closure__)
     for attr in ("__kwdefaults__", "__qualname__", "__module__", "__doc__", "__annotations__"):
         setattr(new, attr, getattr(pyfn, attr))
@@ -419,7 +450,7 @@ def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
 
         src = _ast_source(as_jit_function(record.jit_fn), record)
         options = {**record.options, "num_warps": record.num_warps, "num_stages": record.num_stages}
-        with _compile_knobs(), contextlib.redirect_stdout(log):
+        with _compile_knobs(), _jit_language(), contextlib.redirect_stdout(log):
             kernel = triton.compiler.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
     except Exception as e:
         return CompileResult(**base, ok=False, error=_one_line(e), detail=str(e)[:4000],

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.cases import (
-    Arguments, clone_args, is_zero_size, make_args, poisoned_mask, reference_dtype,
+    Arguments,
+    clone_args,
+    is_zero_size,
+    make_args,
+    poisoned_mask,
+    reference_dtype,
 )
 from harness.spec import Case, Spec, Tolerance
 
@@ -105,7 +110,8 @@ def check_nan_inf(ctx: CaseContext, got: dict, ref: dict) -> None:
         if extra.any():
             idx = _first(extra)
             raise CheckFailure("nan_inf", f"{t.name}: {int(extra.sum())} NaN/Inf values where the reference is "
-                                          f"finite, first at index {idx} (got {float(g[idx])}, expected {float(e[idx]):.6g})")
+                                          f"finite, first at index {idx} (got {float(g[idx])}, "
+                                          f"expected {float(e[idx]):.6g})")
         missing = e_bad & ~g_bad
         if missing.any():
             raise CheckFailure("nan_inf", f"{t.name}: finite values where the reference has NaN/Inf, first at "

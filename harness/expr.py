@@ -95,7 +95,7 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
         return all(values) if isinstance(node.op, ast.And) else any(values)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env, source)
-        for op, comparator in zip(node.ops, node.comparators):
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = _eval(comparator, env, source)
             if not _CMPOPS[type(op)](left, right):
                 return False

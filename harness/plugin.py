@@ -200,9 +200,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     tr = terminalreporter
     tr.section("kernel-harness")
-    for spec, statuses in opts["specs"]:
+    for _spec, statuses in opts["specs"]:
         tr.write_line(describe(statuses))
-    lines = [w for spec, _ in opts["specs"] for w in spec_waivers(spec)]
+    lines = [w for s, _ in opts["specs"] for w in spec_waivers(s)]
     if lines:
         tr.write_line("loosened tolerances and waived checks:")
         for w in lines:

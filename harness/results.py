@@ -20,6 +20,7 @@ Conventions the producers follow and the report relies on:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import functools
@@ -45,7 +46,6 @@ STATS_KEYS = ("n", "min", "p5", "p25", "median", "p75", "p95", "max", "mean", "s
               "median_ci_lo", "median_ci_hi", "outliers_low", "outliers_high")
 _STATS_REQUIRED_NUMBERS = ("n", "min", "median", "max")
 _STATS_INTS = ("n", "outliers_low", "outliers_high")
-SPEEDUP_KEYS = ("ratio", "lo", "hi")
 
 
 class ResultsError(ValueError):
@@ -86,6 +86,15 @@ class CaseResult:
     verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
     speedups: dict                # other provider -> {"ratio", "lo", "hi"}; > 1: this one is faster
     seed: int
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """The shape of each ``CaseResult.speedups`` value (kept as a plain dict there)."""
+
+    ratio: float                  # the other provider's median / this case's median
+    lo: float | None              # 95 % interval
+    hi: float | None
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,9 @@ def _json_value(value, where: str):
     return value
 
 
+_SIMPLE = {bool: "true or false", str: "a string", dict: "an object"}
+
+
 def _convert(value, tp, where: str):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -209,18 +221,10 @@ def _convert(value, tp, where: str):
         return _number(value, where)
     if tp is int:
         return _integer(value, where)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise _Bad(where, f"expected true or false, got {_describe(value)}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise _Bad(where, f"expected a string, got {_describe(value)}")
-        return value
-    if tp is dict:
-        if not isinstance(value, dict):
-            raise _Bad(where, f"expected an object, got {_describe(value)}")
-        return copy.deepcopy(_json_value(value, where))
+    if tp in _SIMPLE:
+        if not isinstance(value, tp) or (tp is not bool and isinstance(value, bool)):
+            raise _Bad(where, f"expected {_SIMPLE[tp]}, got {_describe(value)}")
+        return copy.deepcopy(_json_value(value, where)) if tp is dict else value
     raise TypeError(f"results schema: unsupported field type {tp!r}")  # a bug in this module
 
 
@@ -251,44 +255,28 @@ def _check_stats(value: dict | None, where: str) -> None:
 
 def _check_speedups(value: dict, where: str) -> None:
     for provider, entry in value.items():
-        at = f"{where}.{provider}"
-        if not isinstance(entry, dict):
-            raise _Bad(at, f"expected an object, got {_describe(entry)}")
-        for key in entry:
-            if key not in SPEEDUP_KEYS:
-                raise _Bad(f"{at}.{key}", f"unknown key (expected {', '.join(SPEEDUP_KEYS)})")
-        for key in SPEEDUP_KEYS:
-            if key not in entry:
-                raise _Bad(f"{at}.{key}", "required key is missing")
-            if key != "ratio" and entry[key] is None:
-                continue
-            entry[key] = _number(entry[key], f"{at}.{key}")
+        value[provider] = _plain(_from_dict(Speedup, entry, f"{where}.{provider}"))
 
 
 def _check_ceilings(value: dict, where: str) -> None:
-    def figures(block: dict, at: str) -> None:
+    sheet = value.get("datasheet")
+    if sheet is not None and not isinstance(sheet, dict):
+        raise _Bad(f"{where}.datasheet", f"expected an object, got {_describe(sheet)}")
+    for block, at in ((value, where), (sheet or {}, f"{where}.datasheet")):
         if block.get("copy_gbps") is not None:
             _number(block["copy_gbps"], f"{at}.copy_gbps")
-        per_dtype = block.get("matmul_tflops")
-        if per_dtype is not None:
-            if not isinstance(per_dtype, dict):
-                raise _Bad(f"{at}.matmul_tflops", f"expected an object, got {_describe(per_dtype)}")
-            for dtype, v in per_dtype.items():
-                if v is not None:
-                    _number(v, f"{at}.matmul_tflops.{dtype}")
-
-    figures(value, where)
-    sheet = value.get("datasheet")
-    if sheet is not None:
-        if not isinstance(sheet, dict):
-            raise _Bad(f"{where}.datasheet", f"expected an object, got {_describe(sheet)}")
-        figures(sheet, f"{where}.datasheet")
+        per_dtype = block.get("matmul_tflops") or {}
+        if not isinstance(per_dtype, dict):
+            raise _Bad(f"{at}.matmul_tflops", f"expected an object, got {_describe(per_dtype)}")
+        for dtype, v in per_dtype.items():
+            if v is not None:
+                _number(v, f"{at}.matmul_tflops.{dtype}")
 
 
-def _needs_reason(ok_statuses: tuple[str, ...]) -> Callable:
+def _needs_reason(ok_statuses: tuple[str, ...], what: str = "required when status is {!r}") -> Callable:
     def check(obj, where):
-        if obj.status not in ok_statuses and not obj.reason.strip():
-            raise _Bad(f"{where}.reason", f"required when status is {obj.status!r}")
+        if getattr(obj, "status", None) not in ok_statuses and not obj.reason.strip():
+            raise _Bad(f"{where}.reason", what.format(getattr(obj, "status", None)))
     return check
 
 
@@ -296,11 +284,6 @@ def _case_rules(case: CaseResult, where: str) -> None:
     _needs_reason(("ok",))(case, where)
     if case.status == "ok" and case.stats is None:
         raise _Bad(f"{where}.stats", "required when status is 'ok'")
-
-
-def _waiver_rules(waiver: Waiver, where: str) -> None:
-    if not waiver.reason.strip():
-        raise _Bad(f"{where}.reason", "every waiver needs a reason")
 
 
 # Per-field checks beyond the type, and per-record rules; the types themselves come from the fields.
@@ -318,7 +301,7 @@ _FIELD_CHECKS: dict[tuple[type, str], Callable] = {
 _RECORD_RULES: dict[type, Callable] = {
     CaseResult: _case_rules,
     ArchRow: _needs_reason(("ran",)),
-    Waiver: _waiver_rules,
+    Waiver: _needs_reason((), "every waiver needs a reason"),
 }
 
 
@@ -331,22 +314,19 @@ def _from_dict(cls: type, data, where: str):
     if not isinstance(data, dict):
         raise _Bad(where, f"expected an object, got {_describe(data)}")
     hints = _hints(cls)
-    names = [f.name for f in fields(cls)]
     for key in data:
         if key not in hints:
             raise _Bad(f"{where}.{key}" if where else key, "unknown key")
     kwargs = {}
-    for name in names:
+    for name in (f.name for f in fields(cls)):
         at = f"{where}.{name}" if where else name
         if name not in data:
             raise _Bad(at, "required key is missing")
         kwargs[name] = _convert(data[name], hints[name], at)
-        check = _FIELD_CHECKS.get((cls, name))
-        if check is not None:
+        if check := _FIELD_CHECKS.get((cls, name)):
             check(kwargs[name], at)
     obj = cls(**kwargs)
-    rule = _RECORD_RULES.get(cls)
-    if rule is not None:
+    if rule := _RECORD_RULES.get(cls):
         rule(obj, where)
     return obj
 
@@ -414,6 +394,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, then os.replace: readers never see half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be read by others (CI artifacts)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
@@ -423,16 +404,12 @@ def atomic_write_text(path: Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    try:  # make the rename itself durable; not every platform can open a directory
+    with contextlib.suppress(OSError):  # make the rename itself durable, where a folder can be opened
         dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _flatten(prefix: str, value, out: dict) -> None:
@@ -469,22 +446,25 @@ def _columns(rows: Iterable[dict]) -> list[str]:
     return sorted(seen, key=lambda k: (order[k.split(".")[0]], seen[k]))
 
 
+def _rows(results: Results) -> tuple[list[str], list[dict]]:
+    rows = [flat_case(c) for c in results.cases]
+    return (_columns(rows) if rows else [f.name for f in fields(CaseResult)]), rows
+
+
 def results_frame(results: Results):
     """A pandas DataFrame, one row per case, with the CSV's columns."""
     import pandas as pd
 
-    rows = [flat_case(c) for c in results.cases]
-    return pd.DataFrame(rows, columns=_columns(rows) if rows else [f.name for f in fields(CaseResult)])
+    columns, rows = _rows(results)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _csv_text(results: Results) -> str:
-    rows = [flat_case(c) for c in results.cases]
-    columns = _columns(rows) if rows else [f.name for f in fields(CaseResult)]
+    columns, rows = _rows(results)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
     return buf.getvalue()
 
 
@@ -511,12 +491,9 @@ def append_case(jsonl_path: str | os.PathLike, case: CaseResult) -> None:
     with open(path, "a+b") as fh:
         # A crash mid-append leaves a line without its newline; cut it so the next record starts clean.
         size = fh.seek(0, os.SEEK_END)
-        if size:
-            fh.seek(size - 1)
-            if fh.read(1) != b"\n":
-                fh.seek(0)
-                data = fh.read()
-                fh.truncate(data.rfind(b"\n") + 1)
+        if size and fh.seek(size - 1) >= 0 and fh.read(1) != b"\n":
+            fh.seek(0)
+            fh.truncate(fh.read().rfind(b"\n") + 1)  # rare: the whole file is read only after a crash
         fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())

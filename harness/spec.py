@@ -201,7 +201,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         if d not in FLOAT_DTYPES:
             r.problem(f"kernel.dtypes[{i}]", f'unknown dtype "{d}"{did_you_mean(d, FLOAT_DTYPES)}')
     layouts = _layouts(r, k, "kernel", ())
-    backends = {n: _backend(r, n, b) for n, b in r.table(raw, "backends", "").items() if _is_table(r, b, f"backends.{n}")}
+    backends = {n: _backend(r, n, b) for n, b in r.table(raw, "backends", "").items()
+                if _is_table(r, b, f"backends.{n}")}
     if "reference" in backends:
         r.problem("backends.reference", "is reserved: the reference backend is kernel.reference")
     default_order = tuple(backends) + ("reference",)
@@ -237,7 +238,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     waivers = {}
     for check, reason in r.table(raw, "waive", "").items():
         if check not in WAIVABLE:
-            r.problem(f"waive.{check}", f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)})")
+            r.problem(f"waive.{check}",
+                      f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)})")
         elif not isinstance(reason, str) or not reason.strip():
             r.problem(f"waive.{check}", f"expected the reason as a non-empty string, got {describe(reason)}")
         else:
@@ -285,7 +287,8 @@ def _layouts(r: Reader, table: dict, key: str, default) -> tuple[str, ...]:
     layouts = r.str_list(table, "layouts", key, default=default)
     for i, lay in enumerate(layouts):
         if lay not in LAYOUTS:
-            r.problem(f"{key}.layouts[{i}]", f'unknown layout "{lay}"{did_you_mean(lay, LAYOUTS)} (one of {", ".join(LAYOUTS)})')
+            r.problem(f"{key}.layouts[{i}]",
+                      f'unknown layout "{lay}"{did_you_mean(lay, LAYOUTS)} (one of {", ".join(LAYOUTS)})')
     return layouts
 
 

@@ -52,7 +52,7 @@ def _names(r: Reader, known: set, spec) -> None:
 def _case(r: Reader, spec, case, key: str) -> None:
     try:
         env = spec.env(case)
-        for i, c in enumerate(spec.constraints):
+        for c in spec.constraints:
             if not c(env):
                 r.problem(key, f"breaks constraint {c.source!r}")
         for t in spec.tensors:
@@ -62,7 +62,7 @@ def _case(r: Reader, spec, case, key: str) -> None:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v!r} is not an integer")
                 elif v < 0:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v} is negative")
-        for name, p in spec.params.items():
+        for p in spec.params.values():
             p(env)
     except ex.ExprError as exc:
         r.problem(key, str(exc))
@@ -115,7 +115,8 @@ def _imports(r: Reader, spec) -> None:
             r.problem(key, f'cannot import "{path}": module {module!r} has no attribute {attr!r}')
             continue
         except Exception as exc:  # a kernel module that fails at import: say so in one line
-            r.problem(key, f'importing "{path}" failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""}')
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            r.problem(key, f'importing "{path}" failed: {type(exc).__name__}: {first}')
             continue
         if key.endswith((".impl", ".reference", ".build")) and not callable(obj):
             r.problem(key, f'"{path}" is not callable')

@@ -1,4 +1,5 @@
-"""Distribution statistics of timing samples: order statistics, bootstrap intervals, speedups.
+"""Distribution statistics of timing samples: order statistics, bootstrap intervals, speedups, and
+the convergence rule that decides when a measurement has enough samples.
 
 Nothing is ever dropped: outliers (beyond 1.5 IQR from the quartiles) are counted, not removed.
 Undefined statistics (the spread of one sample, anything of none) are NaN, never an exception.
@@ -122,3 +123,60 @@ def stats_frame(samples_by_label: dict[str, Sequence[float]], *, seed: int = 0) 
     columns = [f.name for f in fields(Stats)]
     rows = [asdict(summarize(v, seed=seed)) for v in samples_by_label.values()]
     return pd.DataFrame(rows, columns=columns, index=pd.Index(list(samples_by_label), name="label"))
+
+
+NOISE_EVERY, NOISE_WINDOW, NOISE_TOL = 16, 8, 0.05
+
+
+class StoppingRule:
+    """nvbench-style convergence on a stream of samples (microseconds); pure, so testable without timing.
+
+    ``config`` is anything with min_samples, max_rsd, min_time_s, max_samples and timeout_s (the
+    engine's TimingConfig). Verdicts, in order of precedence once min_samples are in:
+    ``rsd``: relative std <= max_rsd and at least min_time_s of sample time accumulated;
+    ``noise-stable``: the relative std, recorded every ``every`` samples, moved by at most ``tol``
+    (relative to the latest record) over the last ``window`` records, so more samples would not
+    sharpen it (short kernels never reach a 0.5% rsd: nvbench issue #61);
+    then ``max-samples`` and ``timeout`` (wall clock), which apply even below min_samples.
+    """
+
+    def __init__(self, config, *, every: int = NOISE_EVERY, window: int = NOISE_WINDOW,
+                 tol: float = NOISE_TOL):
+        self.cfg, self.every, self.window, self.tol = config, every, window, tol
+        self.n, self.total_s, self._mean, self._m2 = 0, 0.0, 0.0, 0.0
+        self.noise: list[float] = []
+
+    def add(self, sample_us: float) -> None:
+        self.n += 1
+        self.total_s += sample_us * 1e-6
+        delta = sample_us - self._mean  # Welford: O(1) per sample, no cancellation
+        self._mean += delta / self.n
+        self._m2 += delta * (sample_us - self._mean)
+        if self.n % self.every == 0:
+            self.noise.append(self.rsd)
+
+    @property
+    def rsd(self) -> float:
+        if self.n < 2 or self._mean <= 0:
+            return math.inf
+        return math.sqrt(max(self._m2, 0.0) / (self.n - 1)) / self._mean
+
+    def noise_stable(self) -> bool:
+        if len(self.noise) < self.window:
+            return False
+        last = self.noise[-self.window:]
+        spread, ref = max(last) - min(last), last[-1]
+        return spread == 0.0 or (math.isfinite(ref) and ref > 0 and spread / ref <= self.tol)
+
+    def verdict(self, wall_s: float) -> str | None:
+        """Why to stop now, or None to go on."""
+        if self.n >= self.cfg.min_samples:
+            if self.total_s >= self.cfg.min_time_s and self.rsd <= self.cfg.max_rsd:
+                return "rsd"
+            if self.noise_stable():
+                return "noise-stable"
+        if self.n >= self.cfg.max_samples:
+            return "max-samples"
+        if wall_s >= self.cfg.timeout_s:
+            return "timeout"
+        return None

@@ -15,65 +15,83 @@ import torch
 import triton
 import triton.language as tl
 
-# Rotation pairs one program handles per tensor: large enough to amortise the position and cos/sin
-# loads over many heads, small enough (8192 elements of query) to stay in registers.
+# Rotation pairs one program handles per tensor: enough to amortise the position and cos/sin loads and
+# the program's start, few enough (8192 elements of query) to stay in registers.
 _PAIRS_PER_PROGRAM = 4096
-# Below this many programs (decode-sized batches) the heads are split over more programs to fill the GPU.
+# Below this many programs (decode-sized batches) the work is split further so that every SM gets some.
 _MIN_PROGRAMS = 1024
 
 
 @dataclass(frozen=True)
 class RopeConfig:
+    block_t: int  # tokens per program
     block_h: int  # heads per program (query and key heads share the program)
     block_r: int  # rotation pairs per head, a power of two >= rot_dim // 2
     num_warps: int
 
     @classmethod
     def for_shape(
-        cls, tokens: int, heads: int, kv_heads: int, rot_dim: int, dtype: torch.dtype
+        cls, tokens: int, heads: int, kv_heads: int, rot_dim: int, dtype: torch.dtype,
+        interpreted: bool = False,
     ) -> RopeConfig:
-        block_r = triton.next_power_of_2(max(rot_dim // 2, 1))
+        """`interpreted`: the Triton interpreter runs programs one after another at a high fixed cost
+        each, so it gets as few programs as possible instead of enough to fill a GPU."""
+        pairs = _PAIRS_PER_PROGRAM * (16 if interpreted else 1)
+        min_programs = 1 if interpreted else _MIN_PROGRAMS
         max_heads = max(heads, kv_heads, 1)
-        block_h = min(triton.next_power_of_2(max_heads), max(1, _PAIRS_PER_PROGRAM // block_r))
-        while block_h > 1 and tokens * triton.cdiv(max_heads, block_h) < _MIN_PROGRAMS:
-            block_h //= 2
+        block_r = triton.next_power_of_2(max(rot_dim // 2, 1))
+        block_h = min(triton.next_power_of_2(max_heads), max(1, pairs // block_r))
+        block_t = min(triton.next_power_of_2(max(tokens, 1)), max(1, pairs // (block_h * block_r)))
+        while block_t * block_h > 1:
+            if triton.cdiv(tokens, block_t) * triton.cdiv(max_heads, block_h) >= min_programs:
+                break
+            if block_t > 1:
+                block_t //= 2
+            else:
+                block_h //= 2
         # about 16 bytes of x and 16 of its partner per thread: one vector load each for 16-bit types
         pairs_per_thread = 16 // torch.tensor([], dtype=dtype).element_size()
-        num_warps = max(1, min(8, block_h * block_r // (32 * pairs_per_thread)))
-        return cls(block_h=block_h, block_r=block_r, num_warps=num_warps)
+        num_warps = max(1, min(8, block_t * block_h * block_r // (32 * pairs_per_thread)))
+        return cls(block_t=block_t, block_h=block_h, block_r=block_r, num_warps=num_warps)
 
 
 @triton.jit
-def _rotate_heads(row_ptr, stride_col, num_heads, head_size, h, x_col, y_col, pair_mask, cos, sin):
-    # int64 column offsets: a column-major tensor has a column stride of `tokens`
-    head_col = h.to(tl.int64)[:, None] * head_size
-    x_ptrs = row_ptr + (head_col + x_col[None, :]) * stride_col
-    y_ptrs = row_ptr + (head_col + y_col[None, :]) * stride_col
-    mask = (h < num_heads)[:, None] & pair_mask[None, :]
+def _rotate_heads(base_ptr, tok, tok_mask, stride_tok, stride_col, num_heads, head_size, h, x_col, y_col,
+                  pair_mask, cos, sin):
+    # [BLOCK_T, BLOCK_H, BLOCK_R]; int64 column offsets too: a column-major tensor's column stride is `tokens`
+    row = tok[:, None, None] * stride_tok
+    head_col = h.to(tl.int64)[None, :, None] * head_size
+    x_ptrs = base_ptr + row + (head_col + x_col[None, None, :]) * stride_col
+    y_ptrs = base_ptr + row + (head_col + y_col[None, None, :]) * stride_col
+    mask = tok_mask[:, None, None] & (h < num_heads)[None, :, None] & pair_mask[None, None, :]
     x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptrs, mask=mask, other=0.0).to(tl.float32)
-    c = cos[None, :]
-    s = sin[None, :]
-    tl.store(x_ptrs, (x * c - y * s).to(row_ptr.dtype.element_ty), mask=mask)
-    tl.store(y_ptrs, (y * c + x * s).to(row_ptr.dtype.element_ty), mask=mask)
+    tl.store(x_ptrs, (x * cos - y * sin).to(base_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptrs, (y * cos + x * sin).to(base_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _rope_kernel(
     pos_ptr, q_ptr, k_ptr, cs_ptr,
-    stride_pos, stride_q_tok, stride_q_col, stride_k_tok, stride_k_col, stride_cs_pos, stride_cs_col,
+    num_tokens, stride_pos, stride_q_tok, stride_q_col, stride_k_tok, stride_k_col,
+    stride_cs_pos, stride_cs_col,
     num_heads, num_kv_heads, head_size, half_rot,
-    IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
+    IS_NEOX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
-    tok = tl.program_id(0).to(tl.int64)
+    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_mask = tok < num_tokens
+    tok = tok.to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    pos = tl.load(pos_ptr + tok * stride_pos).to(tl.int64)
+    pos = tl.load(pos_ptr + tok * stride_pos, mask=tok_mask, other=0).to(tl.int64)
 
     r = tl.arange(0, BLOCK_R)
     pair_mask = r < half_rot
-    cs_row = cs_ptr + pos * stride_cs_pos
-    cos = tl.load(cs_row + r * stride_cs_col, mask=pair_mask, other=0.0).to(tl.float32)
-    sin = tl.load(cs_row + (r + half_rot) * stride_cs_col, mask=pair_mask, other=0.0).to(tl.float32)
+    cs_mask = tok_mask[:, None] & pair_mask[None, :]
+    cs_row = cs_ptr + pos[:, None] * stride_cs_pos
+    cos = tl.load(cs_row + r[None, :] * stride_cs_col, mask=cs_mask, other=0.0).to(tl.float32)
+    sin = tl.load(cs_row + (r + half_rot)[None, :] * stride_cs_col, mask=cs_mask, other=0.0).to(tl.float32)
+    cos = cos[:, None, :]
+    sin = sin[:, None, :]
     if IS_NEOX:
         x_col = r
         y_col = r + half_rot
@@ -81,9 +99,9 @@ def _rope_kernel(
         x_col = 2 * r
         y_col = 2 * r + 1
 
-    _rotate_heads(q_ptr + tok * stride_q_tok, stride_q_col, num_heads, head_size, h, x_col, y_col,
+    _rotate_heads(q_ptr, tok, tok_mask, stride_q_tok, stride_q_col, num_heads, head_size, h, x_col, y_col,
                   pair_mask, cos, sin)
-    _rotate_heads(k_ptr + tok * stride_k_tok, stride_k_col, num_kv_heads, head_size, h, x_col, y_col,
+    _rotate_heads(k_ptr, tok, tok_mask, stride_k_tok, stride_k_col, num_kv_heads, head_size, h, x_col, y_col,
                   pair_mask, cos, sin)
 
 
@@ -96,6 +114,8 @@ def _check_args(positions, query, key, cos_sin_cache, head_size) -> tuple[int, i
         raise ValueError(f"rope: positions must be 1-D [tokens], got shape {tuple(positions.shape)}")
     if positions.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"rope: positions must be int32 or int64, got {positions.dtype}")
+    if query is None:
+        raise ValueError("rope: query is required")
     tokens = positions.shape[0]
     widths = {}
     for name, t in (("query", query), ("key", key)):
@@ -111,8 +131,6 @@ def _check_args(positions, query, key, cos_sin_cache, head_size) -> tuple[int, i
         if not t.is_floating_point():
             raise ValueError(f"rope: {name} must be a floating-point tensor, got {t.dtype}")
         widths[name] = t.shape[1]
-    if query is None:
-        raise ValueError("rope: query is required")
     if key is not None and key.dtype != query.dtype:
         raise ValueError(f"rope: key dtype {key.dtype} differs from query dtype {query.dtype}")
     if cos_sin_cache.dim() != 2:
@@ -139,15 +157,17 @@ def rope(
     head_size = operator.index(head_size)
     if tokens == 0 or max(heads, kv_heads) == 0:
         return
-    cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype)
+    interpreted = query.device.type == "cpu"
+    cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype, interpreted)
     k = query if key is None else key  # kv_heads == 0 masks every key access
-    grid = (tokens, triton.cdiv(max(heads, kv_heads), cfg.block_h))
+    grid = (triton.cdiv(tokens, cfg.block_t), triton.cdiv(max(heads, kv_heads), cfg.block_h))
     _rope_kernel[grid](
         positions, query, k, cos_sin_cache,
-        positions.stride(0), query.stride(0), query.stride(1), k.stride(0), k.stride(1),
+        tokens, positions.stride(0), query.stride(0), query.stride(1), k.stride(0), k.stride(1),
         cos_sin_cache.stride(0), cos_sin_cache.stride(1),
         heads, kv_heads, head_size, rot_dim // 2,
-        IS_NEOX=bool(is_neox), BLOCK_H=cfg.block_h, BLOCK_R=cfg.block_r, num_warps=cfg.num_warps,
+        IS_NEOX=bool(is_neox), BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, BLOCK_R=cfg.block_r,
+        num_warps=cfg.num_warps,
     )  # fmt: skip
 
 

@@ -18,68 +18,88 @@ import triton.language as tl
 _MAX_SINGLE_BLOCK = 4096
 # Block of the online path: big enough to amortise the two block reductions per iteration.
 _ONLINE_BLOCK = 4096
+# Elements one program holds at a time; short rows are packed several to a program up to this.
+_ELEMS_PER_PROGRAM = 4096
+# Below this many programs the rows are not packed further, so that every SM gets some.
+_MIN_PROGRAMS = 1024
 
 
 @dataclass(frozen=True)
 class SoftmaxConfig:
-    block: int  # columns per iteration, a power of two
+    block_m: int  # rows per program
+    block_n: int  # columns per iteration, a power of two
     num_warps: int
     single_pass: bool  # the whole row fits one block
 
     @classmethod
-    def for_shape(cls, rows: int, cols: int, dtype: torch.dtype) -> SoftmaxConfig:
+    def for_shape(cls, rows: int, cols: int, dtype: torch.dtype, interpreted: bool = False) -> SoftmaxConfig:
+        """`interpreted`: the Triton interpreter runs programs one after another at a high fixed cost
+        each, so it packs rows into as few programs as possible instead of filling a GPU."""
+        elems = _ELEMS_PER_PROGRAM * (16 if interpreted else 1)
+        min_programs = 1 if interpreted else _MIN_PROGRAMS
         single_pass = cols <= _MAX_SINGLE_BLOCK
-        block = triton.next_power_of_2(max(cols, 1)) if single_pass else _ONLINE_BLOCK
+        block_n = triton.next_power_of_2(max(cols, 1)) if single_pass else _ONLINE_BLOCK
+        block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, elems // block_n))
+        while block_m > 1 and triton.cdiv(rows, block_m) < min_programs:
+            block_m //= 2
         # about 16 elements per thread: a few 16-byte vector loads, no register spills
-        num_warps = max(1, min(16, block // (32 * 16)))
-        return cls(block=block, num_warps=num_warps, single_pass=single_pass)
+        num_warps = max(1, min(16, block_m * block_n // (32 * 16)))
+        return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass)
 
 
 @triton.jit
-def _softmax_single_kernel(x_ptr, out_ptr, n_cols, stride_x_row, stride_x_col, stride_o_row, stride_o_col,
-                           BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    cols64 = cols.to(tl.int64)  # a column-major tensor has a column stride of `rows`
-    x = tl.load(x_ptr + row * stride_x_row + cols64 * stride_x_col, mask=mask, other=float("-inf"))
-    x = x.to(tl.float32)
-    m = tl.max(x, axis=0)
-    e = tl.exp(x - m)
-    s = tl.sum(e, axis=0)
-    out = (e / s).to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + row * stride_o_row + cols64 * stride_o_col, out, mask=mask)
+def _row_pointers(x_ptr, out_ptr, n_rows, stride_x_row, stride_o_row, BLOCK_M: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    # Rows past the end re-read the last row instead of loading -inf everywhere: no -inf - -inf = NaN.
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    return x_ptr + rows[:, None] * stride_x_row, out_ptr + rows[:, None] * stride_o_row, row_mask[:, None]
 
 
 @triton.jit
-def _softmax_online_kernel(x_ptr, out_ptr, n_cols, stride_x_row, stride_x_col, stride_o_row, stride_o_col,
-                           BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * stride_x_row
-    o_row = out_ptr + row * stride_o_row
-    cols = tl.arange(0, BLOCK)
+def _softmax_single_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x_row, stride_x_col, stride_o_row,
+                           stride_o_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    x_rows, o_rows, row_mask = _row_pointers(x_ptr, out_ptr, n_rows, stride_x_row, stride_o_row, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    col_mask = cols < n_cols
+    cols = cols.to(tl.int64)  # a column-major tensor has a column stride of `rows`
+    x = tl.load(x_rows + cols * stride_x_col, mask=col_mask, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, axis=1)
+    e = tl.exp(x - m[:, None])
+    s = tl.sum(e, axis=1)
+    out = (e / s[:, None]).to(out_ptr.dtype.element_ty)
+    tl.store(o_rows + cols * stride_o_col, out, mask=row_mask & col_mask)
+
+
+@triton.jit
+def _softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x_row, stride_x_col, stride_o_row,
+                           stride_o_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    x_rows, o_rows, row_mask = _row_pointers(x_ptr, out_ptr, n_rows, stride_x_row, stride_o_row, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)[None, :]
 
     # The first block is peeled off so that the running max starts finite (no -inf - -inf = NaN).
-    x = tl.load(x_row + cols.to(tl.int64) * stride_x_col, mask=cols < n_cols, other=float("-inf"))
+    x = tl.load(x_rows + cols.to(tl.int64) * stride_x_col, mask=cols < n_cols, other=float("-inf"))
     x = x.to(tl.float32)
-    m = tl.max(x, axis=0)
-    s = tl.sum(tl.exp(x - m), axis=0)
-    for start in range(BLOCK, n_cols, BLOCK):
+    m = tl.max(x, axis=1)
+    s = tl.sum(tl.exp(x - m[:, None]), axis=1)
+    for start in range(BLOCK_N, n_cols, BLOCK_N):
         offs = start + cols
-        x = tl.load(x_row + offs.to(tl.int64) * stride_x_col, mask=offs < n_cols, other=float("-inf"))
+        x = tl.load(x_rows + offs.to(tl.int64) * stride_x_col, mask=offs < n_cols, other=float("-inf"))
         x = x.to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m_new = tl.maximum(m, tl.max(x, axis=1))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
         m = m_new
 
-    n_blocks = tl.cdiv(n_cols, BLOCK)
+    m = m[:, None]
+    s = s[:, None]
+    n_blocks = tl.cdiv(n_cols, BLOCK_N)
     for i in range(0, n_blocks):
-        offs = (n_blocks - 1 - i) * BLOCK + cols
+        offs = (n_blocks - 1 - i) * BLOCK_N + cols
         mask = offs < n_cols
-        offs64 = offs.to(tl.int64)
-        x = tl.load(x_row + offs64 * stride_x_col, mask=mask, other=float("-inf")).to(tl.float32)
-        out = tl.exp(x - m) / s
-        tl.store(o_row + offs64 * stride_o_col, out.to(out_ptr.dtype.element_ty), mask=mask)
+        offs = offs.to(tl.int64)
+        x = tl.load(x_rows + offs * stride_x_col, mask=mask, other=float("-inf")).to(tl.float32)
+        out = (tl.exp(x - m) / s).to(out_ptr.dtype.element_ty)
+        tl.store(o_rows + offs * stride_o_col, out, mask=row_mask & mask)
 
 
 def _check_args(x, out) -> None:
@@ -101,13 +121,13 @@ def softmax(*, x, out, config: SoftmaxConfig | None = None) -> None:
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    cfg = config or SoftmaxConfig.for_shape(rows, cols, x.dtype)
-    if cfg.single_pass and cfg.block < cols:
-        raise ValueError(f"softmax: a single-pass config needs block >= cols, got {cfg.block} < {cols}")
+    cfg = config or SoftmaxConfig.for_shape(rows, cols, x.dtype, interpreted=x.device.type == "cpu")
+    if cfg.single_pass and cfg.block_n < cols:
+        raise ValueError(f"softmax: a single-pass config needs block_n >= cols, got {cfg.block_n} < {cols}")
     kernel = _softmax_single_kernel if cfg.single_pass else _softmax_online_kernel
-    kernel[(rows,)](
-        x, out, cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-        BLOCK=cfg.block, num_warps=cfg.num_warps,
+    kernel[(triton.cdiv(rows, cfg.block_m),)](
+        x, out, rows, cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )  # fmt: skip
 
 

@@ -78,11 +78,13 @@ def _case(rng, kernel, shape, headline, dtype, provider, backend, role, speed, s
     gbps = nbytes / (stats["median"] * 1e3)
     pct = 100 * gbps / CEILINGS["copy_gbps"]
     verdict = "model-error" if pct > 100 else ("pass" if pct >= 80 else "below-target")
-    return CaseResult(**{**base, "stop_reason": "rel. noise <= 0.5% after 0.5 s" if median > 10 else "time limit 15 s",
-                         "samples_us": tuple(samples.tolist()), "dropped_us": (median * 1.9,) * (median > 10),
-                         "warm_us": tuple((samples[:20] * 0.95).tolist()), "stats": stats,
-                         "warm_median_us": stats["median"] * 0.95, "gbps": gbps, "tflops": flops / stats["median"] / 1e6,
-                         "pct_roofline": pct, "verdict": verdict})
+    stop = "rel. noise <= 0.5% after 0.5 s" if median > 10 else "time limit 15 s"
+    return CaseResult(**{**base, "stop_reason": stop, "samples_us": tuple(samples.tolist()),
+                         "dropped_us": (median * 1.9,) * (median > 10), "stats": stats,
+                         "warm_us": tuple((samples[:20] * 0.95).tolist()),
+                         "warm_median_us": stats["median"] * 0.95,
+                         "gbps": gbps, "tflops": flops / stats["median"] / 1e6, "pct_roofline": pct,
+                         "verdict": verdict})
 
 
 def _with_speedups(group: list[CaseResult]) -> list[CaseResult]:
@@ -128,14 +130,15 @@ def synthetic_results(complete: bool = True) -> Results:
             ArchRow("rope", "sm_75", "reference", "fallback", "triton needs >=sm_80"),
             ArchRow("silu_and_mul", "sm_90", "triton", "ran", ""),
             ArchRow("silu_and_mul", "sm_75", "triton", "skipped", "no bf16 on sm_75"))
-    waivers = (Waiver("rmsnorm", "tolerance bf16 rtol=2e-2 atol=1e-2", "fp32 accumulation, one bf16 rounding"),
+    waivers = (Waiver("rmsnorm", "tolerance bf16 rtol=2e-2 atol=1e-2", "synthetic: fp32 accumulation"),
                Waiver("rope", "check determinism", "synthetic: atomics in the backward"),
                Waiver("silu_and_mul", "skip liger on small shapes", "synthetic: peer not installed"))
     env = {"device": "synthetic-device (test fixture)", "arch": "sm_90", "date": "2026-11-29T08:00:00+00:00",
            "torch": "0.0-synthetic", "triton": "0.0-synthetic", "driver": "none", "commit": "0" * 40,
            "dirty": False, "flush": "read of 2x L2 (120 MiB), outside the timed region",
            "stopping_rule": ">= 10 samples, then rel. noise <= 0.5% after 0.5 s of GPU time, or 15 s",
-           "throttle": "samples under 75% of the default SM clock", "clocks": {"sm_mhz": 1980, "mem_mhz": 3201}}
+           "throttle": "samples under 75% of the default SM clock",
+           "clocks": {"sm_mhz": 1980, "mem_mhz": 3201}}
     return Results(SCHEMA_VERSION, env, CEILINGS, tuple(cases), arch, waivers, complete)
 
 
@@ -239,18 +242,25 @@ def _mutations():
         ("bad schema_version", set_(["schema_version"], 99), r"schema_version: unsupported version 99"),
         ("no schema_version", delete(["schema_version"]), r"schema_version: required key is missing"),
         ("non-dict case", set_(["cases", 2], [1, 2]), r"cases\[2\]: expected an object, got a list"),
-        ("NaN", set_(["cases", 1, "gbps"], float("nan")), r"cases\[1\]\.gbps: expected a finite number, got NaN"),
+        ("NaN", set_(["cases", 1, "gbps"], float("nan")),
+         r"cases\[1\]\.gbps: expected a finite number, got NaN"),
         ("unknown key", set_(["cases", 0, "median_us"], 1.0), r"cases\[0\]\.median_us: unknown key"),
-        ("bad status", set_(["cases", 0, "status"], "fine"), r"cases\[0\]\.status: expected one of ok, wrong"),
-        ("bool as number", set_(["cases", 0, "bytes"], True), r"cases\[0\]\.bytes: expected a number, got true"),
+        ("bad status", set_(["cases", 0, "status"], "fine"),
+         r"cases\[0\]\.status: expected one of ok, wrong"),
+        ("bool as number", set_(["cases", 0, "bytes"], True),
+         r"cases\[0\]\.bytes: expected a number, got true"),
         ("string sample", set_(["cases", 0, "samples_us", 4], "7"),
          r"cases\[0\]\.samples_us\[4\]: expected a number, got '7'"),
         ("missing stats key", delete(["cases", 0, "stats", "p95"]), r"cases\[0\]\.stats\.p95: required key"),
         ("wrong without reason", set_(["cases", 0, "status"], "wrong"), r"cases\[0\]\.reason: required when"),
         ("speedup shape", set_(["cases", 0, "speedups", "reference"], 3.2),
          r"cases\[0\]\.speedups\.reference: expected an object, got 3\.2"),
-        ("arch status", set_(["arch_matrix", 0, "status"], "maybe"), r"arch_matrix\[0\]\.status: expected one of"),
-        ("waiver reason", set_(["waivers", 1, "reason"], " "), r"waivers\[1\]\.reason: every waiver needs a reason"),
+        ("speedup key", set_(["cases", 0, "speedups", "reference", "mid"], 3.2),
+         r"cases\[0\]\.speedups\.reference\.mid: unknown key"),
+        ("arch status", set_(["arch_matrix", 0, "status"], "maybe"),
+         r"arch_matrix\[0\]\.status: expected one of"),
+        ("waiver reason", set_(["waivers", 1, "reason"], " "),
+         r"waivers\[1\]\.reason: every waiver needs a reason"),
         ("ceiling type", set_(["ceilings", "matmul_tflops", "bf16"], "fast"),
          r"ceilings\.matmul_tflops\.bf16: expected a number, got 'fast'"),
         ("complete not bool", set_(["complete"], "yes"), r"complete: expected true or false, got 'yes'"),

@@ -20,9 +20,10 @@ from harness.results import CaseResult, Results, atomic_write_text, load_results
 TEMPLATES = Path(__file__).parent / "templates"
 BASELINE_ORDER = ("reference", "torch.compile")
 PROVIDER_LABEL = {"reference": "eager"}
-VERDICT_TEXT = {"pass": "pass", "below-target": "**below\u00a0target**", "model-error": "**model\u00a0error**",
-                "n/a": "n/a"}
+VERDICT_TEXT = {"pass": "pass", "below-target": "**below\u00a0target**",
+                "model-error": "**model\u00a0error**", "n/a": "n/a"}
 DASH = "—"
+FULL_STATS = ("min", "p25", "median", "p75", "max", "mean", "std")
 NBSP = "\u00a0"  # keeps "3.21x [3.18, 3.25]" on one line in a narrow table column
 
 
@@ -186,12 +187,13 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
         for c in sorted((c for c in group if c.status == "ok"), key=lambda c: _median(c) or 0):
             s = c.stats
             name = f"**{code(c.provider)}**" if c is fastest and len(group) > 1 else code(c.provider)
-            rows.append([name, num(s["n"]), interval(s["median"], s["median_ci_lo"], s["median_ci_hi"], sig=4),
-                         f"{num(s['p5'])}{NBSP}–{NBSP}{num(s['p95'])}", num(s["iqr"]),
+            median = interval(s["median"], s["median_ci_lo"], s["median_ci_hi"], sig=4)
+            rows.append([name, num(s["n"]), median,
+                         f"{num(s['p5'])}{NBSP}to{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
                          num(c.gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c), cell(c.stop_reason)])
-        table = _table(["provider", "n", "median µs [95% CI]", "p5 – p95 µs", "IQR µs", "CV",
+        table = _table(["provider", "n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV",
                         "outliers lo / hi", "warm median µs", "GB/s", "TFLOP/s", "% roofline", "verdict",
                         "stopped because"], rows, right=tuple(range(1, 11)))
         panels.append({"title": f"{shape_label(group[0].shape)} · {dtype}", "case_id": case_id,
@@ -204,12 +206,11 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
             continue
         s = c.stats
         full.append([cell(shape_label(c.shape)), c.dtype, code(c.provider), code(c.backend), c.role,
-                     *(num(s[k]) for k in ("min", "p25", "median", "p75", "max", "mean", "std")),
+                     *(num(s[k]) for k in FULL_STATS),
                      str(len(c.dropped_us)), num(c.bytes), num(c.flops), c.bound or DASH, cell(c.method),
                      str(c.seed)])
-    full_table = _table(["shape", "dtype", "provider", "backend", "role", "min", "p25", "median", "p75",
-                         "max", "mean", "std", "throttled dropped", "bytes", "flops", "bound", "method", "seed"],
-                        full, right=tuple(range(5, 15)))
+    full_table = _table(["shape", "dtype", "provider", "backend", "role", *FULL_STATS, "throttled dropped",
+                         "bytes", "flops", "bound", "method", "seed"], full, right=tuple(range(5, 15)))
     return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
             "plot": plots.dist.get(kernel), "full": full_table,
             "n_ok": len(full)}
@@ -233,7 +234,8 @@ def _how_measured(results: Results) -> str:
                      + ".")
     counts = sorted(c.stats["n"] for c in ok)
     if counts:
-        parts.append(f"Samples per case: {counts[0]:,} to {counts[-1]:,} (median {counts[len(counts) // 2]:,}).")
+        mid = counts[len(counts) // 2]
+        parts.append(f"Samples per case: {counts[0]:,} to {counts[-1]:,} (median {mid:,}).")
     dropped = sum(len(c.dropped_us) for c in results.cases)
     rule = f" ({cell(env['throttle'])})" if env.get("throttle") else ""
     parts.append(f"{dropped:,} throttled sample{'s' * (dropped != 1)} dropped{rule}.")
@@ -251,13 +253,15 @@ def _flat_env(prefix: str, value, rows: list) -> None:
         for k, v in value.items():
             _flat_env(f"{prefix}.{k}" if prefix else str(k), v, rows)
     else:
-        rows.append([code(prefix), cell(value if not isinstance(value, list) else ", ".join(map(str, value)))])
+        text = ", ".join(map(str, value)) if isinstance(value, list) else value
+        rows.append([code(prefix), cell(text)])
 
 
 def _provenance(results: Results, results_name: str) -> dict:
     rows: list = []
     _flat_env("", results.environment, rows)
-    extra = {k: v for k, v in results.ceilings.items() if k not in ("copy_gbps", "matmul_tflops", "datasheet")}
+    shown = ("copy_gbps", "matmul_tflops", "datasheet")
+    extra = {k: v for k, v in results.ceilings.items() if k not in shown}
     if extra:
         _flat_env("ceilings", extra, rows)
     status = Counter(c.status for c in results.cases)

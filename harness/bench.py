@@ -1,0 +1,212 @@
+"""The benchmark: ``load_specs -> resolve -> plan -> run -> render``, each a small typed step.
+
+Every provider's output is checked against the upcast reference before it is timed: a wrong provider
+is reported as wrong, never as the fastest. Each finished case is appended to ``cases.jsonl`` at once,
+so an interrupted run leaves a renderable partial result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.arch import Device
+from harness.cases import TORCH_DTYPES, case_seed, clone_args, full_env, make_args, poisoned_mask, reference_dtype
+from harness.checks import mismatch, sync
+from harness.providers import Provider, providers_for
+from harness.resolve import BackendStatus, resolve
+from harness.results import ArchRow, CaseResult, Waiver
+from harness.spec import Case, Spec
+from harness.waivers import spec_waivers
+
+
+@dataclass(frozen=True)
+class Job:
+    spec: Spec
+    case: Case
+    dtype: str
+    provider: Provider
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} {self.dtype} {self.case.id} {self.provider.name}"
+
+
+def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
+    jobs, arch_rows, waivers = [], [], []
+    for spec in specs:
+        statuses = resolve(spec, device)
+        arch_rows += arch_matrix_rows(statuses)
+        waivers += [Waiver(w.kernel, w.what, w.reason) for w in spec_waivers(spec)]
+        provs = [p for p in providers_for(spec, device, statuses) if not providers or p.name in providers]
+        for p in provs:
+            if not p.runnable:
+                waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", p.reason))
+        for case in spec.cases["bench"]:
+            for dtype in spec.dtypes:
+                if dtypes and dtype not in dtypes:
+                    continue
+                jobs += [Job(spec, case, dtype, p) for p in provs]
+    return jobs, arch_rows, waivers
+
+
+def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:
+    ran = next((s.backend for s in statuses if s.selected), None)
+    rows = []
+    for s in statuses:
+        if s.selected:
+            rows.append(ArchRow(s.kernel, s.arch, s.backend, "ran", ""))
+        elif not s.runnable:
+            rows.append(ArchRow(s.kernel, s.arch, s.backend, "unavailable",
+                                f"{s.reason}; fell back to {ran}" if ran else s.reason))
+        else:
+            rows.append(ArchRow(s.kernel, s.arch, s.backend, "skipped", f"available, but {ran} comes first"))
+    return rows
+
+
+class Reference:
+    """The upcast reference result of one (kernel, case, dtype), computed once and shared by providers."""
+
+    def __init__(self):
+        self._cache: dict[tuple, dict] = {}
+
+    def get(self, spec: Spec, case: Case, dtype: str, device: Device, seed: int) -> dict:
+        key = (spec.name, case.id, dtype)
+        if key not in self._cache:
+            self._cache.clear()
+            from harness.spec_check import resolve_import
+
+            args = make_args(spec, case, dtype, device.torch_device, seed)
+            ref_dtype = reference_dtype(TORCH_DTYPES[dtype])
+            ref = clone_args(args, layout="contiguous",
+                             dtype_map=lambda d: torch.promote_types(d, ref_dtype) if d.is_floating_point else d)
+            resolve_import(spec.reference)(**ref.kwargs())
+            sync(device.torch_device)
+            self._cache[key] = {t.name: ref.tensors[t.name] for t in spec.written}
+        return self._cache[key]
+
+
+def check_provider(job: Job, fn: Callable, device: Device, reference: Reference, seed: int) -> str:
+    """'' when the provider's output matches the reference, else why not."""
+    spec = job.spec
+    args = make_args(spec, job.case, job.dtype, device.torch_device, seed)
+    fn(**args.kwargs())
+    sync(device.torch_device)
+    ref = reference.get(spec, job.case, job.dtype, device, seed)
+    for t in spec.outputs:
+        if poisoned_mask(args.tensors[t.name]).any():
+            return f"{t.name}: elements never written"
+    for t in spec.written:
+        problem = mismatch(args.tensors[t.name], ref[t.name], spec.tolerance(job.dtype))
+        if problem:
+            return f"{t.name}: {problem}"
+    return ""
+
+
+def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, seed_base: int = 0) -> CaseResult:
+    from harness.engine import measure
+    from harness.stats import summarize
+
+    spec, case = job.spec, job.case
+    seed = case_seed(spec, job.dtype, case, seed_base)
+    base = dict(kernel=spec.name, provider=job.provider.name, backend=job.provider.backend, role=job.provider.role,
+                dtype=job.dtype, case_id=case.id, shape=case.values, headline=case.headline, seed=seed)
+    if not job.provider.runnable:
+        return _empty(base, "skipped", job.provider.reason)
+    try:
+        fn = job.provider.load(spec)
+        wrong = check_provider(job, fn, device, reference, seed)
+        if wrong:
+            return _empty(base, "wrong", f"failed the correctness check before timing: {wrong}")
+        args = make_args(spec, case, job.dtype, device.torch_device, seed)
+        kwargs = args.kwargs()
+        m = measure(lambda: fn(**kwargs), device=device.torch_device, config=timing)
+    except Exception as exc:  # one provider's failure never takes the run down
+        text = str(exc).strip().splitlines()
+        return _empty(base, "error", f"{type(exc).__name__}: {text[0] if text else ''}"[:400])
+    st = summarize(m.samples_us, seed=seed)
+    env = full_env(spec, case, job.dtype)
+    roof = roofline(spec, env, st.median, ceilings, job.dtype)
+    warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
+    return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
+                      samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
+                      stats=dataclasses.asdict(st), warm_median_us=warm, speedups={}, **roof)
+
+
+def _empty(base: dict, status: str, reason: str) -> CaseResult:
+    return CaseResult(**base, status=status, reason=reason, method="", stop_reason="", samples_us=(), dropped_us=(),
+                      warm_us=(), stats=None, warm_median_us=None, bytes=None, flops=None, gbps=None, tflops=None,
+                      pct_roofline=None, bound=None, target=None, verdict="n/a", speedups={})
+
+
+def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str) -> dict:
+    """Achieved rates, % of the measured roofline and the verdict against the spec's target."""
+    none = dict(bytes=None, flops=None, gbps=None, tflops=None, pct_roofline=None, bound=None, target=None,
+                verdict="n/a")
+    if spec.roofline is None or not median_us or median_us != median_us:
+        return none
+    nbytes, flops = float(spec.roofline.bytes(env)), float(spec.roofline.flops(env))
+    seconds = median_us * 1e-6
+    out = dict(bytes=nbytes, flops=flops, gbps=nbytes / seconds / 1e9, tflops=flops / seconds / 1e12,
+               pct_roofline=None, bound=None, target=spec.roofline.target, verdict="n/a")
+    peak_tflops = (ceilings.matmul_tflops or {}).get(dtype) if ceilings else None
+    if not ceilings or not ceilings.copy_gbps:
+        return out
+    t_mem = nbytes / (ceilings.copy_gbps * 1e9)
+    t_flop = flops / (peak_tflops * 1e12) if peak_tflops else 0.0
+    floor = max(t_mem, t_flop)
+    pct = 100.0 * floor / seconds
+    verdict = "model-error" if pct > 100.0 else ("pass" if pct >= 100.0 * spec.roofline.target else "below-target")
+    out.update(pct_roofline=pct, bound="memory" if t_mem >= t_flop else "compute", verdict=verdict)
+    return out
+
+
+def attach_speedups(cases: list[CaseResult], seed: int = 0) -> list[CaseResult]:
+    """The candidate's speedup against every other ok provider of the same kernel, case and dtype."""
+    from harness.stats import speedup
+
+    groups: dict[tuple, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault((c.kernel, c.case_id, c.dtype), []).append(c)
+    out = []
+    for c in cases:
+        if c.role != "candidate" or c.status != "ok":
+            out.append(c)
+            continue
+        ratios = {}
+        for other in groups[(c.kernel, c.case_id, c.dtype)]:
+            if other is not c and other.status == "ok":
+                r = speedup(other.samples_us, c.samples_us, seed=seed)
+                ratios[other.provider] = {"ratio": r.ratio, "lo": r.lo, "hi": r.hi}
+        out.append(dataclasses.replace(c, speedups=ratios))
+    return out
+
+
+class Progress:
+    """One line per finished case with an ETA from the mean time per case so far."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.start, self.stream = total, 0, time.monotonic(), stream
+
+    def step(self, job: Job, result: CaseResult) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        if result.status == "ok":
+            what = (f"{result.stats['median']:.2f} us (n={result.stats['n']}, cv {100 * result.stats['cv']:.2f}%, "
+                    f"stop: {result.stop_reason})")
+        else:
+            what = f"{result.status}: {result.reason[:100]}"
+        print(f"[{self.done}/{self.total} eta {eta:5.0f}s] {job.label}: {what}", file=self.stream, flush=True)
+
+
+def default_out_dir(device: Device) -> Path:
+    slug = "".join(ch if ch.isalnum() else "-" for ch in device.name.lower()).strip("-")
+    slug = slug.replace("nvidia-", "") or device.arch
+    return Path("reports") / ("cpu" if device.arch == "cpu" else slug)

@@ -1,0 +1,128 @@
+"""``bench``, ``report`` and ``export`` commands: the benchmark pipeline and its outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.cli import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
+
+
+def _bench_options(p) -> None:
+    p.add_argument("--kernel", action="append", default=[], help="only these kernels (repeatable, comma list)")
+    p.add_argument("--dtype", action="append", default=[],
+                   help="dtypes to measure (default: bf16 where the spec has it; 'all' for every dtype)")
+    p.add_argument("--provider", action="append", default=[], help="only these providers")
+    p.add_argument("--out", help="output directory (default: reports/<device>/)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, help="wall-clock seconds per case (default 15 on a GPU, 3 on CPU)")
+    p.add_argument("--min-time", type=float, help="device seconds before the noise rule may stop (default 0.5)")
+    p.add_argument("--max-rsd", type=float, default=0.005, help="stop at this relative std (default 0.005)")
+    p.add_argument("--method", default="auto", choices=["auto", "cupti", "events", "host"])
+    p.add_argument("--warm", action="store_true", help="no L2 flush between samples (hot cache)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    p.add_argument("--specs-dir", default="specs")
+    p.add_argument("--pytest-benchmark", metavar="FILE", help="also write pytest-benchmark JSON here")
+
+
+def _split(values) -> tuple[str, ...]:
+    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
+
+
+def timing_config(args, device):
+    from harness.engine import TimingConfig
+
+    gpu = device.is_gpu
+    return TimingConfig(timeout_s=args.timeout or (15.0 if gpu else 3.0),
+                        min_time_s=args.min_time if args.min_time is not None else (0.5 if gpu else 0.2),
+                        max_rsd=args.max_rsd, method=args.method, cold=not args.warm)
+
+
+@command("bench", "benchmark kernels at their bench shapes and write results and a report")
+@options(_bench_options)
+def cmd_bench(args) -> int:
+    from harness import bench
+    from harness.arch import detect, use_interpreter_if_no_gpu
+    from harness.ceilings import measure_ceilings
+    from harness.environment import collect_environment
+    from harness.report import render_report
+    from harness.results import SCHEMA_VERSION, Results, append_case, load_partial, write_results
+
+    use_interpreter_if_no_gpu()
+    paths = spec_paths([], args.specs_dir, args.kernel)
+    specs = load_specs(paths)
+    device = detect()
+    out = Path(args.out) if args.out else bench.default_out_dir(device)
+    dtypes = _split(args.dtype)
+    dtypes = () if dtypes == ("all",) else (dtypes or ("bf16",))
+    timing = timing_config(args, device)
+    jobs, arch_rows, waivers = bench.plan(specs, device, dtypes, _split(args.provider))
+    if not jobs:
+        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider)")
+    out.mkdir(parents=True, exist_ok=True)
+    journal = out / "cases.jsonl"
+    done = {}
+    if args.resume and journal.exists():
+        done = {(c.kernel, c.provider, c.dtype, c.case_id): c for c in load_partial(journal)}
+    elif journal.exists():
+        journal.unlink()
+    environment = collect_environment(device=device.torch_device, spec_paths=paths, seed=args.seed, timing=timing)
+    ceilings = measure_ceilings(device.torch_device)
+    progress = bench.Progress(len(jobs))
+    reference = bench.Reference()
+    cases = []
+    for job in jobs:
+        key = (job.spec.name, job.provider.name, job.dtype, job.case.id)
+        result = done.get(key) or bench.run_job(job, device, ceilings, timing, reference, args.seed)
+        if key not in done:
+            append_case(journal, result)
+        cases.append(result)
+        progress.step(job, result)
+    end = collect_environment(device=device.torch_device, seed=args.seed, timing=timing)
+    environment["at_end"] = {k: end.get(k) for k in ("date", "nvml") if k in end}
+    results = Results(SCHEMA_VERSION, environment, dataclasses.asdict(ceilings), tuple(bench.attach_speedups(cases)),
+                      tuple(arch_rows), tuple(waivers), True)
+    json_path, csv_path = write_results(results, out)
+    report = render_report(results, out)
+    if args.pytest_benchmark:
+        from harness.pbexport import write_pytest_benchmark
+
+        write_pytest_benchmark(results, args.pytest_benchmark)
+    journal.unlink(missing_ok=True)
+    print(f"wrote {json_path}, {csv_path}, {report}")
+    bad = [c for c in results.cases if c.status in ("wrong", "error")]
+    for c in bad:
+        print(f"{c.status.upper()}: {c.kernel} {c.provider} {c.dtype} {c.case_id}: {c.reason}")
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+@command("report", "re-render report.md and plots from a results.json (or a partial cases.jsonl)")
+@options(lambda p: (p.add_argument("results", help="results.json, or cases.jsonl of an interrupted run"),
+                    p.add_argument("--out", help="output directory (default: next to the results)")))
+def cmd_report(args) -> int:
+    from harness.report import render_report
+
+    results = load_any(args.results)
+    out = Path(args.out) if args.out else Path(args.results).parent
+    print(f"wrote {render_report(results, out)}")
+    return EXIT_OK
+
+
+@command("export", "convert results.json to pytest-benchmark JSON (pytest-benchmark compare reads it)")
+@options(lambda p: (p.add_argument("results"), p.add_argument("--out", required=True)))
+def cmd_export(args) -> int:
+    from harness.pbexport import write_pytest_benchmark
+
+    print(f"wrote {write_pytest_benchmark(load_any(args.results), args.out)}")
+    return EXIT_OK
+
+
+def load_any(path: str):
+    from harness.results import SCHEMA_VERSION, Results, ResultsError, load_partial, load_results
+
+    try:
+        if path.endswith(".jsonl"):
+            return Results(SCHEMA_VERSION, {}, {}, load_partial(path), (), (), False)
+        return load_results(path)
+    except ResultsError as exc:
+        raise BadInput(str(exc)) from None

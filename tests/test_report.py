@@ -1,0 +1,247 @@
+"""The report and the pytest-benchmark export, from SYNTHETIC results (see test_results.synthetic_results).
+
+Nothing here needs a GPU or the timing engine, and nothing is written outside tmp_path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from harness.pbexport import to_pytest_benchmark, write_pytest_benchmark
+from harness.report import render_report
+from harness.report.render import interval, num
+from harness.results import write_results
+
+# the synthetic builder lives beside the results tests; load it by path so any pytest import mode works
+_spec = importlib.util.spec_from_file_location("_synthetic", Path(__file__).with_name("test_results.py"))
+_synthetic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_synthetic)
+synthetic_results = _synthetic.synthetic_results
+
+
+@pytest.fixture(scope="module")
+def results():
+    return synthetic_results()
+
+
+@pytest.fixture
+def no_plots(monkeypatch):
+    """For tests about the text only: drawing costs seconds on a small CPU."""
+    from harness.report import render
+    from harness.report.plots import Plots
+
+    monkeypatch.setattr(render, "render_plots", lambda results, out: Plots(notes=("plots off in this test",)))
+
+
+@pytest.fixture(scope="module")
+def rendered(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    write_results(results, out)
+    path = render_report(results, out)
+    return path, path.read_text(encoding="utf-8")
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start: end if end > 0 else None]
+
+
+def test_report_written_with_its_pictures(rendered):
+    path, text = rendered
+    assert path.name == "report.md"
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert "roofline.png" in links
+    assert {f"dist_{k}.png" for k in ("rmsnorm", "rope", "silu_and_mul")} <= set(links)
+    for link in links:
+        assert not link.startswith(("/", "http")), link  # relative, so the folder can move
+        target = path.parent / link
+        assert target.is_file() and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_title_and_how_measured_come_from_the_results(rendered):
+    _, text = rendered
+    assert text.startswith("# Kernel benchmarks: synthetic-device (test fixture) · `sm_90` · 2026-11-29\n")
+    how = text[text.index("**How measured.**"):].split("\n", 1)[0]
+    assert "`cuda-events`" in how and "read of 2x L2 (120 MiB)" in how
+    dropped = sum(len(c.dropped_us) for c in synthetic_results().cases)
+    assert f"{dropped} throttled samples dropped" in how
+
+
+def test_summary_table(results, rendered):
+    _, text = rendered
+    summary = _section(text, "Summary")
+    lines = [line for line in summary.splitlines() if line.startswith("|")]
+    header = [h.strip() for h in lines[0].strip("|").split("|")]
+    assert header[:6] == ["kernel", "headline shape", "dtype", "candidate", "median µs", "% roofline"]
+    assert header[6:8] == ["vs eager", "vs torch.compile"] and "vs liger" in header
+    assert header[-2:] == ["fastest", "verdict"]
+    rows = lines[2:]
+    assert len(rows) == sum(1 for c in results.cases if c.headline and c.role == "candidate")
+    cand = next(c for c in results.cases if c.kernel == "rmsnorm" and c.headline and c.role == "candidate")
+    s = cand.speedups["reference"]
+    assert interval(s["ratio"], s["lo"], s["hi"], unit="x") in rows[0]
+    assert re.search(r"\d\.\d\dx\xa0\[\d\.\d\d,\xa0\d\.\d\d\]", rows[0])
+    rope = [r for r in rows if r.startswith("| rope")]
+    assert rope and all("— (wrong)" in r for r in rope)  # the wrong peer gets no speedup
+    assert any("**model\xa0error**" in r for r in rows)
+
+
+def test_wrong_provider_never_fastest(results, tmp_path, no_plots):
+    # make the wrong peer look fastest by its (stale) samples: it must still not be named fastest
+    cases = tuple(replace(c, stats={**c.stats, "median": 0.001}, samples_us=(0.001,) * 3) if c.status == "ok"
+                  and c.provider == "reference" and c.kernel == "rope" else c for c in results.cases)
+    cases = tuple(replace(c, status="wrong", reason="synthetic: mismatch") if c.provider == "reference"
+                  and c.kernel == "rope" else c for c in cases)
+    text = render_report(replace(results, cases=cases), tmp_path).read_text()
+    rope_rows = [r for r in _section(text, "Summary").splitlines() if r.startswith("| rope")]
+    assert rope_rows and all("`reference`" not in r.split("|")[-3] for r in rope_rows)
+    assert "— (wrong)" in rope_rows[0].split("|")[7]
+    section = _section(text, "Kernels")
+    rope = section[section.index("### rope"):]
+    assert "**wrong**: `reference`" in rope and "synthetic: mismatch" in rope
+
+
+def test_sections_present(rendered):
+    _, text = rendered
+    for title in ("Summary", "Measured ceilings and roofline", "Architecture matrix",
+                  "Waivers and what was not measured", "Kernels", "Environment"):
+        assert f"\n## {title}\n" in text
+    ceilings = _section(text, "Measured ceilings and roofline")
+    assert "| copy, GB/s (read + write) | 4,000 | 4,800 | 83.3% |" in ceilings
+    arch = _section(text, "Architecture matrix")
+    assert "fell back to `reference` because triton needs >=sm\\_80" in arch
+    waivers = _section(text, "Waivers and what was not measured")
+    assert "synthetic: fp32 accumulation" in waivers
+    assert "**error**: silu_and_mul `torch.compile`" in waivers and "RuntimeError: \\|" in waivers
+    assert "<details><summary>Provenance" in _section(text, "Environment")
+    assert "| `clocks.sm_mhz` | 1980 |" in text
+
+
+def test_kernel_section_statistics(results, rendered):
+    _, text = rendered
+    section = _section(text, "Kernels")
+    rms = section[section.index("### rmsnorm"):section.index("### rope")]
+    assert "#### tokens=16384 hidden=4096 · bf16 (headline)" in rms
+    for column in ("n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV", "outliers lo / hi",
+                   "warm median µs", "GB/s", "TFLOP/s", "% roofline", "stopped because"):
+        assert f"| {column} |" in rms
+    assert "<details><summary>2 more shapes of rmsnorm</summary>" in rms
+    cand = next(c for c in results.cases if c.kernel == "rmsnorm" and c.headline and c.role == "candidate")
+    assert f"| **`triton`** | {cand.stats['n']} | {num(cand.stats['median'])}\xa0[" in rms
+
+
+def test_tables_are_well_formed(rendered):
+    _, text = rendered
+    block: list[str] = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if block:
+            widths = {len(re.split(r"(?<!\\)\|", row)) for row in block}
+            assert len(widths) == 1, block[:3]
+            assert re.fullmatch(r"\|(:?-+:?\|)+", block[1])
+            block = []
+
+
+def test_partial_results_are_flagged(tmp_path, no_plots):
+    text = render_report(synthetic_results(complete=False), tmp_path).read_text()
+    assert "Partial results: the run did not complete" in text
+
+
+def test_report_without_matplotlib(results, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    text = render_report(results, tmp_path).read_text()
+    assert "Plots skipped: matplotlib is not available" in text
+    assert "![" not in text and not list(tmp_path.glob("*.png"))
+    assert "\n## Summary\n" in text
+
+
+def test_render_from_a_results_file(results, tmp_path, no_plots):
+    json_path, _ = write_results(results, tmp_path)
+    assert render_report(json_path, tmp_path / "r", results_name="run.json").read_text().rstrip().endswith(
+        "full precision and raw samples are in that file.")
+
+
+def test_number_formatting():
+    assert num(3468.9) == "3,469" and num(63.52) == "63.52" and num(2.5) == "2.500" and num(None) == "—"
+    assert num(0.0001234) == "0.0001234" and num(252) == "252"
+    assert interval(3.2101, 3.18, 3.25, unit="x") == "3.21x\xa0[3.18,\xa03.25]"
+    assert interval(13.0, 12.7, 13.02, unit="x") == "13.00x\xa0[12.70,\xa013.02]"  # not merged by rounding
+
+
+# ----------------------------------------------------------------------------- pytest-benchmark export
+
+def test_pbexport_format(results):
+    from pytest_benchmark.stats import Stats
+
+    doc = to_pytest_benchmark(results)
+    assert set(doc) == {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
+    ok = [c for c in results.cases if c.status == "ok"]
+    assert len(doc["benchmarks"]) == len(ok)
+    bench = doc["benchmarks"][0]
+    assert {"group", "name", "fullname", "params", "stats", "options", "extra_info"} <= set(bench)
+    assert set(bench["stats"]) == set(Stats.fields) | {"data", "iterations"}
+    assert bench["stats"]["median"] == pytest.approx(ok[0].stats["median"] * 1e-6, rel=1e-12)  # seconds
+    assert bench["stats"]["rounds"] == len(ok[0].samples_us)
+    assert bench["extra_info"]["verdict"] == ok[0].verdict
+    json.dumps(doc, allow_nan=False)
+
+
+def test_pbexport_loads_through_compare_machinery(results, tmp_path):
+    from pytest_benchmark import plugin
+    from pytest_benchmark.logger import Logger
+    from pytest_benchmark.storage.file import FileStorage
+    from pytest_benchmark.table import TableResults
+    from pytest_benchmark.utils import NAME_FORMATTERS
+
+    path = write_pytest_benchmark(results, tmp_path / "0001_harness.json")
+    warnings: list[str] = []
+    logger = Logger(Logger.QUIET)
+    logger.warning = lambda text, **kw: warnings.append(text)  # the loader only warns on a bad file
+    benches = list(FileStorage(tmp_path, logger=logger).load_benchmarks(str(path)))
+    assert not warnings
+    assert len(benches) == sum(1 for c in results.cases if c.status == "ok")
+    groups = plugin.pytest_benchmark_group_stats(config=None, benchmarks=benches, group_by="group")
+    lines: list[str] = []
+
+    class Reporter:
+        def write(self, text, **_):
+            lines.append(text)
+
+        def write_line(self, text, **_):
+            lines.append(text + "\n")
+
+        def ensure_newline(self):
+            pass
+
+        def rewrite(self, text, **_):
+            pass
+
+    table = TableResults(columns=["min", "median", "iqr", "outliers", "rounds"], sort="min", histogram=False,
+                         name_format=NAME_FORMATTERS["normal"], logger=logger,
+                         scale_unit=partial(plugin.pytest_benchmark_scale_unit, config=None))
+    table.display(Reporter(), groups, progress_reporter=lambda items, *a, **k: ((None, i) for i in items))
+    shown = "".join(lines)
+    assert "rmsnorm[triton-bf16-tokens=16384,hidden=4096]" in shown
+    assert "rope[liger" not in shown  # wrong runs are not exported
+
+
+def test_pbexport_cli_compare(results, tmp_path):
+    path = write_pytest_benchmark(results, tmp_path / "run.json")
+    proc = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(path), "--group-by=group",
+                           "--columns=min,median,rounds"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Failed to load" not in proc.stdout + proc.stderr
+    assert "silu_and_mul[triton-bf16-tokens=8192,d=14336]" in proc.stdout
