@@ -22,7 +22,6 @@ import glob
 import io
 import json
 import math
-import os
 import shutil
 import statistics
 import subprocess
@@ -92,20 +91,27 @@ def find_ncu() -> str | None:
     return None
 
 
-def parse_ncu_csv(text: str) -> list[float]:
-    """gpu__time_duration.sum values in microseconds from ``ncu --csv`` output."""
+_UNIT_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+            "second": 1e6, "s": 1e6}
+
+
+def parse_ncu_csv(text: str, metric: str = "gpu__time_duration.sum") -> list[float]:
+    """``metric`` values in microseconds from ``ncu --csv`` output (details page, or raw page)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return []
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
-             "second": 1e6, "s": 1e6}
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
     values = []
-    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        value = float(str(row["Metric Value"]).replace(",", ""))
-        values.append(value * scale[str(row.get("Metric Unit", "nsecond")).strip()])
+    if rows and metric in rows[0]:  # --page raw: one column per metric, the first row holds units
+        unit = rows[0][metric].strip() or "nsecond"
+        for row in rows[1:]:
+            values.append(float(row[metric].replace(",", "")) * _UNIT_US[unit])
+        return values
+    for row in rows:
+        if row.get("Metric Name") == metric:
+            unit = str(row.get("Metric Unit") or "nsecond").strip()
+            values.append(float(str(row["Metric Value"]).replace(",", "")) * _UNIT_US[unit])
     return values
 
 
@@ -175,7 +181,7 @@ def main() -> int:
     from harness.environment import collect_environment
 
     t_start = time.perf_counter()
-    left = lambda: BUDGET_S - (time.perf_counter() - t_start)  # noqa: E731
+    left = lambda: BUDGET_S - (time.perf_counter() - t_start)
     results: dict = {"errors": [], "cases": [], "ncu": {}, "targets": TARGETS}
     cfg = {"timeout_s": 10.0}
 

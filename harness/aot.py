@@ -1,11 +1,11 @@
 """Static cross-architecture check of Triton kernels: record launches, compile ahead of time, read resources.
 
 `record_launches` runs a launcher with every Triton launch intercepted (nothing executes, tensors are on the
-meta device), `compile_launch` compiles one recorded launch with Triton's own compiler for sm_80/90/100 on a
-machine without a GPU, and `check` turns the resources read from the cubin into problems.
+meta device), `compile_launch` compiles a recorded launch with Triton's own compiler for sm_80/90/100 without
+a GPU, `check` turns the resources read from the cubin into problems, `render_table` shows them.
 Triton and torch are imported lazily; the CUDA binary readers and `Resources` live in harness.cudabuild.
-Supported Triton: the versions with ASTSource(fn, signature, constexprs, attrs-dict), `native_specialize_impl`
-and `knobs` (checked on 3.6, 3.8 and 3.9; 3.6 and 3.9 have the same ASTSource form).
+Triton: versions with ASTSource(fn, signature, constexprs, attrs), native_specialize_impl and knobs
+(tested on 3.6, 3.8 and 3.9, whose ASTSource forms are the same).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import dataclasses
 import inspect
 import io
 import os
-import re
-import subprocess
 import tempfile
 import time
 import types
@@ -29,6 +27,7 @@ from harness.cudabuild import (
     ARCH_LIMITS,
     DEFAULT_ARCHS,
     Resources,
+    error_line,
     find_tool,
     normalize_arch,
     parse_ptxas_log,
@@ -63,13 +62,11 @@ class LaunchRecord:
     note: str = ""
 
     def config_label(self) -> str:
-        spec = set(self.specialised)
-        parts = [f"{k}={_short(v)}" for k, v in self.constexprs.items() if k not in spec]
-        parts += [f"{k}={_short(self.constexprs[k])}" for k in self.specialised]
-        label = ",".join(parts) + f" w{self.num_warps} s{self.num_stages}"
-        if self.autotune_config is not None:
-            label = f"#{self.autotune_config} {label}"
-        return label.strip()
+        """Compact: declared constexprs, then specialised args, warps, stages; "#i" for autotune config i."""
+        names = [k for k in self.constexprs if k not in self.specialised] + list(self.specialised)
+        label = ",".join(f"{k}={str(self.constexprs[k]).removeprefix('triton.language.')[:40]}" for k in names)
+        label += f" w{self.num_warps} s{self.num_stages}"
+        return label.strip() if self.autotune_config is None else f"#{self.autotune_config} {label.strip()}"
 
 
 @dataclass(frozen=True)
@@ -83,13 +80,7 @@ class CompileResult:
     resources: Resources | None = None
     dynamic_shared_bytes: int = 0   # what Triton's metadata says it requests at launch
     compile_s: float = 0.0
-    spills_from: str = ""           # "triton ptxas log" or "ptxas rerun"
     record: LaunchRecord | None = field(default=None, repr=False, compare=False)
-
-
-def _short(v: Any) -> str:
-    s = str(v)
-    return s.removeprefix("triton.language.") if len(s) < 40 else s[:37] + "..."
 
 
 # ---------------------------------------------------------------------------------------------- jit functions
@@ -99,11 +90,9 @@ _GLOBALS_MEMO: dict[int, dict] = {}  # id(module globals) -> copy with interpret
 
 
 def _interpreted_cls():
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-        return InterpretedFunction
-    except ImportError:  # pragma: no cover
-        return ()
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction
 
 
 def as_jit_function(obj: Any, rewrite_globals: bool = True):
@@ -137,21 +126,20 @@ def _jit_language():
     Swap in JITFunctions, in place, for the duration of a compile."""
     import sys
 
+    from triton.language.core import tensor
+
     interp = _interpreted_cls()
     saved: list[tuple[Any, str, Any]] = []
-    try:
-        if interp:
-            from triton.language.core import tensor
-
-            mods = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m]
-            for owner in [*mods, tensor]:
-                for attr, val in list(vars(owner).items()):
-                    cells = [c.cell_contents for c in getattr(val, "__closure__", None) or ()
-                             if owner is tensor and isinstance(c.cell_contents, interp)]  # member wrappers
-                    target = val if isinstance(val, interp) else (cells[0] if cells else None)
-                    if target is not None:
-                        saved.append((owner, attr, val))
-                        setattr(owner, attr, as_jit_function(target, rewrite_globals=False))
+    try:  # nothing to swap in a process that is not interpreted
+        mods = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m]
+        for owner in [*mods, tensor]:
+            for attr, val in list(vars(owner).items()):
+                cells = [c.cell_contents for c in getattr(val, "__closure__", None) or ()
+                         if owner is tensor and isinstance(c.cell_contents, interp)]  # member wrappers
+                target = val if isinstance(val, interp) else (cells[0] if cells else None)
+                if target is not None:
+                    saved.append((owner, attr, val))
+                    setattr(owner, attr, as_jit_function(target, rewrite_globals=False))
         yield
     finally:
         for owner, attr, val in reversed(saved):
@@ -159,15 +147,15 @@ def _jit_language():
 
 
 def _needs_rewrite(globs: dict) -> bool:
+    """Interpreted functions among the globals, or in a (non-library) module the globals hold."""
     interp = _interpreted_cls()
     return any(isinstance(v, interp) or (isinstance(v, types.ModuleType) and _module_has(v, interp))
                for v in list(globs.values()))
 
 
 def _module_has(mod: types.ModuleType, interp) -> bool:
-    if mod.__name__.split(".")[0] in ("triton", "torch", "numpy", "builtins"):
-        return False
-    return any(isinstance(v, interp) for v in list(vars(mod).values()))
+    return mod.__name__.split(".")[0] not in ("triton", "torch", "numpy") and any(
+        isinstance(v, interp) for v in list(vars(mod).values()))
 
 
 def _with_jit_globals(pyfn: Callable) -> Callable:
@@ -200,12 +188,6 @@ _ACTIVE: list[list[LaunchRecord]] = []
 _AUTOTUNE: list[tuple[int, int]] = []
 
 
-def _options_default(name: str) -> Any:
-    from triton.backends.nvidia.compiler import CUDAOptions
-
-    return CUDAOptions.__dataclass_fields__[name].default
-
-
 def _specialise(jit, bound: dict[str, Any]) -> tuple[dict, dict, tuple, tuple]:
     """Triton's own specialisation of each argument (type, value-1/None -> constexpr, divisibility by 16)."""
     from triton._C.libtriton import native_specialize_impl
@@ -233,6 +215,8 @@ def _specialise(jit, bound: dict[str, Any]) -> tuple[dict, dict, tuple, tuple]:
 
 
 def _make_record(kernel, args, kwargs, grid) -> LaunchRecord:
+    from triton.backends.nvidia.compiler import CUDAOptions  # its defaults are what a launch without options gets
+
     jit = as_jit_function(kernel)
     pyfn = jit.fn
     params = {k: v for k, v in kwargs.items() if k in jit.arg_names}
@@ -241,8 +225,8 @@ def _make_record(kernel, args, kwargs, grid) -> LaunchRecord:
     bound.apply_defaults()
     bound_args = dict(bound.arguments)
     signature, constexprs, div16, specialised = _specialise(jit, bound_args)
-    num_warps = options.pop("num_warps", None) or _options_default("num_warps")
-    num_stages = options.pop("num_stages", None) or _options_default("num_stages")
+    num_warps = options.pop("num_warps", None) or CUDAOptions.num_warps
+    num_stages = options.pop("num_stages", None) or CUDAOptions.num_stages
     note = ""
     try:
         g = grid(bound_args) if callable(grid) else grid
@@ -259,20 +243,16 @@ def _make_record(kernel, args, kwargs, grid) -> LaunchRecord:
 
 def _recording_run(self, *args, grid=None, warmup=False, **kwargs):
     _ACTIVE[-1].append(_make_record(self, args, kwargs, grid))
-    return None
 
 
 def _autotune_run(self, *args, **kwargs):
     configs = list(self.configs)
     for i, cfg in enumerate(configs):  # every config, not the pruned or benchmarked winner
-        cfg_kwargs = cfg.all_kwargs() if hasattr(cfg, "all_kwargs") else {
-            **cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         _AUTOTUNE.append((i, len(configs)))
         try:
-            self.fn.run(*args, **{**kwargs, **cfg_kwargs})
+            self.fn.run(*args, **{**kwargs, **cfg.all_kwargs()})
         finally:
             _AUTOTUNE.pop()
-    return None
 
 
 @contextlib.contextmanager
@@ -282,11 +262,8 @@ def intercept_launches():
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    patches = [(JITFunction, _recording_run), (Autotuner, _autotune_run)]
-    interp = _interpreted_cls()
-    if interp:
-        patches.append((interp, _recording_run))
-    saved = [(cls, cls.__dict__.get("run")) for cls, _ in patches]
+    patches = [(JITFunction, _recording_run), (Autotuner, _autotune_run), (_interpreted_cls(), _recording_run)]
+    saved = [(cls, cls.__dict__["run"]) for cls, _ in patches]
     records: list[LaunchRecord] = []
     _ACTIVE.append(records)
     try:
@@ -295,12 +272,9 @@ def intercept_launches():
         yield records
     finally:
         _ACTIVE.pop()
-        if not _ACTIVE:
+        if not _ACTIVE:  # the outermost block restores
             for cls, orig in saved:
-                if orig is None:
-                    del cls.run
-                else:
-                    cls.run = orig
+                cls.run = orig
 
 
 def _storage_span(t) -> int:
@@ -372,8 +346,7 @@ def _ast_source(jit, record: LaunchRecord):
         raise RuntimeError(f"triton {triton.__version__}: ASTSource{tuple(params)[1:]} predates the "
                            "constexprs=/attrs-dict form this module supports (triton >= 3.3)")
     names = list(record.signature)
-    attr = BaseBackend.parse_attr("D") if hasattr(BaseBackend, "parse_attr") else [["tt.divisibility", 16]]
-    attrs = {(names.index(n),): attr for n in record.divisible_by_16}
+    attrs = {(names.index(n),): BaseBackend.parse_attr("D") for n in record.divisible_by_16}
     return ASTSource(jit, dict(record.signature), constexprs=dict(record.constexprs), attrs=attrs)
 
 
@@ -390,32 +363,7 @@ def _compile_knobs():
         yield
 
 
-def _one_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip().strip("^")]
-    errors = [ln for ln in lines if re.search(r"\berror\b", ln, re.I) and not ln.startswith("`ptxas` failed")]
-    pick = errors[0] if errors else (lines[-1] if lines else "")
-    return f"{type(e).__name__}: {pick}"[:300]
-
-
-def _ptxas_rerun(ptx: str, cap: int) -> dict:
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        tool = get_ptxas(cap).path
-    except Exception:
-        tool = find_tool("ptxas", prefer_triton=True)
-    if not tool:
-        return {}
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
-        gpu = f"sm_{cap}a" if cap >= 90 else f"sm_{cap}"
-        p = subprocess.run([tool, "-v", "-lineinfo", f"--gpu-name={gpu}", src, "-o", src + ".o"],
-                           capture_output=True, text=True)
-    return parse_ptxas_log(p.stdout + p.stderr)
-
-
-def _cubin_resources(kernel, name: str, cap: int, log: str) -> tuple[Resources | None, str, str]:
+def _cubin_resources(kernel, name: str, log: str) -> tuple[Resources | None, str]:
     cubin = kernel.asm["cubin"]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, f"{name}.cubin")
@@ -425,21 +373,20 @@ def _cubin_resources(kernel, name: str, cap: int, log: str) -> tuple[Resources |
     usage = parse_res_usage(text)
     entry = usage.get((None, name)) or next(iter(usage.values()), None)
     if err or entry is None:
-        return None, "", f"cuobjdump -res-usage: {err or 'no function reported'}"
-    spills, source = parse_ptxas_log(log), "triton ptxas log"
-    if not spills and kernel.asm.get("ptx"):
-        spills, source = _ptxas_rerun(kernel.asm["ptx"], cap), "ptxas rerun"
+        return None, f"cuobjdump -res-usage: {err or 'no function reported'}"
+    spills = parse_ptxas_log(log)
     dynamic = int(getattr(kernel.metadata, "shared", 0) or 0)
     # the module holds this kernel and its noinline callees only: all their spills are this launch's
     res = Resources(registers=entry["REG"], spill_store_bytes=sum(v[1] for v in spills.values()),
                     spill_load_bytes=sum(v[2] for v in spills.values()), stack_bytes=entry["STACK"],
                     local_bytes=entry["LOCAL"],
                     shared_bytes=user_static_shared(entry["SHARED"], reserved_shared(cubin)) + dynamic)
-    return res, source, "" if spills else "spill bytes unavailable (no ptxas -v report)"
+    return res, "" if spills else "spill bytes unknown: Triton printed no ptxas -v log"
 
 
 def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
-    """Compile one recorded launch for `arch` with Triton's compiler (no GPU needed); never raises."""
+    """Compile one recorded launch for `arch` with Triton's compiler (no GPU needed). Compile errors come
+    back in the result, as one line (`error`) and the full text (`detail`)."""
     arch_name, cap = normalize_arch(arch)
     base = dict(kernel_name=record.kernel_name, arch=arch_name, config=record.config_label(), record=record)
     log = io.StringIO()
@@ -453,12 +400,12 @@ def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
         with _compile_knobs(), _jit_language(), contextlib.redirect_stdout(log):
             kernel = triton.compiler.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
     except Exception as e:
-        return CompileResult(**base, ok=False, error=_one_line(e), detail=str(e)[:4000],
+        return CompileResult(**base, ok=False, error=f"{type(e).__name__}: {error_line(str(e))}", detail=str(e)[:4000],
                              compile_s=time.perf_counter() - t0)
     compile_s = time.perf_counter() - t0
     name = getattr(kernel.metadata, "name", record.kernel_name)
-    res, source, err = _cubin_resources(kernel, name, cap, log.getvalue())
-    return CompileResult(**base, ok=True, error=err, resources=res, compile_s=compile_s, spills_from=source,
+    res, err = _cubin_resources(kernel, name, log.getvalue())
+    return CompileResult(**base, ok=True, error=err, resources=res, compile_s=compile_s,
                          dynamic_shared_bytes=int(getattr(kernel.metadata, "shared", 0) or 0))
 
 
@@ -525,9 +472,7 @@ def table_rows(results: list[CompileResult], allow_spills: bool = False) -> list
 
 def render_table(rows: list[TableRow]) -> str:
     """Plain text for the terminal: kernel | arch | config | regs | spills st/ld | stack | smem | status."""
-    def cell(v):
-        return "-" if v is None else str(v)
-
+    cell = lambda v: "-" if v is None else str(v)
     head = ("kernel", "arch", "config", "regs", "spills st/ld", "stack", "smem", "status")
     body = [(r.kernel, r.arch, r.config, cell(r.registers),
              "-" if r.spill_store_bytes is None else f"{r.spill_store_bytes}/{r.spill_load_bytes}",

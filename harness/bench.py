@@ -8,6 +8,7 @@ so an interrupted run leaves a renderable partial result.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -136,7 +137,7 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
     return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
-                      stats=dataclasses.asdict(st), warm_median_us=warm, speedups={}, **roof)
+                      stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
 
 
 def _empty(base: dict, status: str, reason: str) -> CaseResult:
@@ -183,7 +184,8 @@ def attach_speedups(cases: list[CaseResult], seed: int = 0) -> list[CaseResult]:
         for other in groups[(c.kernel, c.case_id, c.dtype)]:
             if other is not c and other.status == "ok":
                 r = speedup(other.samples_us, c.samples_us, seed=seed)
-                ratios[other.provider] = {"ratio": r.ratio, "lo": r.lo, "hi": r.hi}
+                if all(math.isfinite(v) for v in (r.ratio, r.lo, r.hi)):
+                    ratios[other.provider] = {"ratio": r.ratio, "lo": r.lo, "hi": r.hi}
         out.append(dataclasses.replace(c, speedups=ratios))
     return out
 

@@ -161,6 +161,14 @@ def user_static_shared(static: int, reserved: int) -> int:
     return static - min(static, reserved)
 
 
+def error_line(text: str) -> str:
+    """The line of a compiler's message that says what went wrong: the first naming an error, else the last
+    (Triton's CompilationError ends with the cause, after the source excerpt and its caret)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("^")]
+    errors = [ln for ln in lines if re.search(r"\berror\b", ln, re.I) and not ln.startswith("`ptxas` failed")]
+    return (errors[0] if errors else lines[-1] if lines else "")[:300]
+
+
 def res_usage(binary: str, tool: str | None = None) -> tuple[str, str]:
     """(`cuobjdump -res-usage` output, error or "")."""
     tool = tool or find_tool("cuobjdump")
@@ -235,10 +243,9 @@ def build_cuda(source: str, archs=DEFAULT_ARCHS, *, nvcc: str | None = None,
             return CudaBuildResult(status="error", archs=archs, error=f"{type(e).__name__}: {e}", nvcc=nvcc)
         log = (p.stderr + p.stdout).replace(d + os.sep, "")
         if p.returncode != 0 or not os.path.exists(out):
-            lines = [ln for ln in log.splitlines() if ln.strip()]
-            first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "nvcc failed")
-            return CudaBuildResult(status="error", archs=archs, error=first.strip()[:300], nvcc=nvcc,
-                                   stderr_head="\n".join(lines[:10]), build_s=time.perf_counter() - t0)
+            head = "\n".join([ln for ln in log.splitlines() if ln.strip()][:10])
+            return CudaBuildResult(status="error", archs=archs, error=error_line(log) or "nvcc failed", nvcc=nvcc,
+                                   stderr_head=head, build_s=time.perf_counter() - t0)
         with open(out, "rb") as f:
             fatbin = f.read()
         build_s = time.perf_counter() - t0

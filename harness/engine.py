@@ -131,12 +131,12 @@ def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params
             if reader.available:  # aligned with kept; NaN where one reading failed
                 clocks.append(math.nan if clock is None else clock)
             rule.add(value)
-            reason = reason or rule.verdict(time.perf_counter() - t0)
+            reason = reason or rule.verdict(0.0)  # convergence per sample; the wall clock per batch
         reason = reason or rule.verdict(time.perf_counter() - t0)
         if reason is None and attempts >= 4 * cfg.max_samples:  # nearly every sample was dropped
             reason = "max-samples"
     params.update(samples_attempted=attempts, dropped_throttled=len(dropped),
-                  dropped_clock_mhz=dropped_clocks, rsd=rule.rsd if rule.n > 1 else None,
+                  dropped_clock_mhz=dropped_clocks, rsd=rule.rsd if math.isfinite(rule.rsd) else None,
                   noise_estimates=rule.noise[-NOISE_WINDOW:],
                   sm_clock="nvml" if reader.available else f"unavailable: {reader.reason}",
                   sm_clock_max_mhz=reader.max_mhz, throttle_fraction=cfg.throttle_fraction)

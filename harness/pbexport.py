@@ -63,15 +63,16 @@ def to_pytest_benchmark(results: Results) -> dict:
         "node": env.get("hostname"),
         "machine": env.get("device"),
         "python_version": env.get("python"),
-        "system": env.get("os"),
+        "system": env.get("platform"),
         "environment": doc["environment"],
         "ceilings": doc["ceilings"],
     }
+    commit = env.get("git_commit") or env.get("commit")
     commit_info = {
-        "id": env.get("commit") or "unknown",
+        "id": commit or "unknown",
         "time": env.get("commit_time"),
         "author_time": env.get("commit_time"),
-        "dirty": bool(env.get("dirty", False)),
+        "dirty": bool(env.get("git_dirty", env.get("dirty", False))),
         "project": env.get("project") or "unknown",
         "branch": env.get("branch") or "(unknown)",
     }

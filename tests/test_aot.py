@@ -66,7 +66,6 @@ def test_good_kernel_compiles_clean_on_every_arch(compiled):
         assert res.ok, res.error
         assert res.resources.registers > 0
         assert (res.resources.spill_store_bytes, res.resources.spill_load_bytes) == (0, 0)
-        assert res.spills_from == "triton ptxas log"
         assert aot.check(res, res.arch, allow_spills=False) == []
 
 

@@ -164,10 +164,11 @@ def _arch_matrix(results: Results) -> dict | None:
     archs = list(dict.fromkeys(r.arch for r in results.arch_matrix))
     cells: dict[tuple, list[str]] = {}
     for r in results.arch_matrix:
+        who = f"{code(r.backend)} " if r.backend else ""
         text = {"ran": f"ran ({code(r.backend)})",
                 "fallback": f"fell back to {code(r.backend)} because {cell(r.reason)}",
-                "skipped": f"skipped: {cell(r.reason)}",
-                "unavailable": f"{code(r.backend)} unavailable: {cell(r.reason)}"}[r.status]
+                "skipped": f"{who}skipped: {cell(r.reason)}",
+                "unavailable": f"{who}unavailable: {cell(r.reason)}"}[r.status]
         cells.setdefault((r.kernel, r.arch), []).append(text)
     kernels = list(dict.fromkeys(r.kernel for r in results.arch_matrix))
     rows = [[cell(k)] + ["<br>".join(cells.get((k, a), [DASH])) for a in archs] for k in kernels]
