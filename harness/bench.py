@@ -201,8 +201,9 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = elapsed / self.done * (self.total - self.done)
         if result.status == "ok":
-            what = (f"{result.stats['median']:.2f} us (n={result.stats['n']}, cv {100 * result.stats['cv']:.2f}%, "
-                    f"stop: {result.stop_reason})")
+            cv = result.stats["cv"]
+            spread = f"cv {100 * cv:.2f}%" if cv is not None else "cv n/a"
+            what = f"{result.stats['median']:.2f} us (n={result.stats['n']}, {spread}, stop: {result.stop_reason})"
         else:
             what = f"{result.status}: {result.reason[:100]}"
         print(f"[{self.done}/{self.total} eta {eta:5.0f}s] {job.label}: {what}", file=self.stream, flush=True)

@@ -204,6 +204,7 @@ class _Cuda:
         self.acc = torch.zeros((), dtype=torch.float32, device=dev)
         self.spin_us, self.cycles_per_us = _SPIN_MIN_US, 1000.0
         self.late_discarded, self.late_kept = 0, 0
+        self.late_us: list[float] = []  # discarded cold samples, kept raw for the record
 
     def calibrate_spin(self, host_launch_s: float) -> None:
         """Cycles per microsecond of torch.cuda._sleep (after warm-up, so at working clocks)."""
@@ -248,7 +249,8 @@ class _Cuda:
                           "each sample" if self.buf is not None else "none (warm L2)"),
                 "flush_kind": "read" if self.buf is not None else "none", "flush_bytes": self.flush_bytes,
                 "l2_bytes": self.l2_bytes, "spin_us": self.spin_us, "spin_cycles_per_us": self.cycles_per_us,
-                "late_discarded": self.late_discarded, "late_kept": self.late_kept}
+                "late_discarded": self.late_discarded, "late_discarded_us": self.late_us,
+                "late_kept": self.late_kept}
 
 
 def _event_pair():
@@ -306,7 +308,10 @@ def _plain_batch(fn, cu: _Cuda, reader, params: dict, *, events: bool):
                 end.record()
                 late, clock = start.query(), reader.read_mhz()
                 cu.sync()
-                value = None if cu.discard_late(late) else start.elapsed_time(end) * 1e3 - overhead
+                value = start.elapsed_time(end) * 1e3 - overhead
+                if cu.discard_late(late):
+                    cu.late_us.append(value)
+                    value = None
             else:
                 cu.sync()
                 t = time.perf_counter_ns()
@@ -359,6 +364,7 @@ def _cupti_batch(fn, cu: _Cuda, reader, params: dict, call_s: float):
                       gpu_events_per_sample=dict(per_sample),
                       gpu_annotation_max_diff_us=max(params.get("gpu_annotation_max_diff_us", 0.0),
                                                      info["gpu_annotation_max_diff_us"]))
+        cu.late_us.extend(s for s, d in zip(spans, dropped, strict=True) if d and s is not None)
         return [(None if d else s, c) for s, d, c in zip(spans, dropped, clocks, strict=True)]
 
     try:

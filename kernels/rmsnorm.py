@@ -168,9 +168,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
-// 16 bytes of elements, loaded and stored as one 128-bit access.
-template <typename T> struct alignas(16) Vec16 {
-  static constexpr int N = 16 / sizeof(T);
+// N elements loaded and stored as one access: 16 bytes on the vector path, one element on the scalar one.
+template <typename T, int N> struct alignas(N * sizeof(T)) Pack {
   T v[N];
 };
 
@@ -198,48 +197,58 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
-// One block per row. VEC: x, out and weight rows are 16-byte aligned and hidden is a whole number of
-// vectors. The second pass re-reads x, which a row-sized block finds in L1/L2.
+// Accesses each thread keeps in flight per sweep over the row.
+template <bool VEC> struct Unroll { static constexpr int value = VEC ? 4 : 8; };
+
+// One block per row. VEC: the x, out and weight rows are 16-byte aligned and hidden is a whole number
+// of 16-byte vectors; otherwise one element per access (padded rows are unaligned). When one sweep of
+// the block covers the row, the row stays in registers between the two passes; otherwise the second
+// pass re-reads x, which L1/L2 still hold.
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(1024) rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                        const T* __restrict__ weight, int hidden,
                                                        int64_t x_row_stride, int64_t out_row_stride,
                                                        float eps) {
+  constexpr int N = VEC ? 16 / sizeof(T) : 1;
+  constexpr int U = Unroll<VEC>::value;
+  using P = Pack<T, N>;
   const int64_t row = blockIdx.x;
-  const T* x_row = x + row * x_row_stride;
-  T* out_row = out + row * out_row_stride;
+  const P* xp = reinterpret_cast<const P*>(x + row * x_row_stride);
+  const P* wp = reinterpret_cast<const P*>(weight);
+  P* op = reinterpret_cast<P*>(out + row * out_row_stride);
+  const int n = hidden / N;  // accesses per row
+  const int step = blockDim.x;
+  const bool cached = n <= U * step;
+  P cache[U];
   float sum_sq = 0.0f;
-  if constexpr (VEC) {
-    using V = Vec16<T>;
-    const V* xv = reinterpret_cast<const V*>(x_row);
-    const int n = hidden / V::N;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const V a = xv[i];
+  for (int base = threadIdx.x; base < n; base += U * step) {
 #pragma unroll
-      for (int k = 0; k < V::N; ++k) {
-        const float f = to_float(a.v[k]);
-        sum_sq += f * f;
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        const P a = xp[i];
+        cache[u] = a;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float f = to_float(a.v[k]);
+          sum_sq += f * f;
+        }
       }
     }
-    const float rstd = rsqrtf(block_sum(sum_sq) / (float)hidden + eps);
-    const V* wv = reinterpret_cast<const V*>(weight);
-    V* ov = reinterpret_cast<V*>(out_row);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const V a = xv[i];
-      const V w = wv[i];
-      V o;
+  }
+  const float rstd = rsqrtf(block_sum(sum_sq) / (float)hidden + eps);
+  for (int base = threadIdx.x; base < n; base += U * step) {
 #pragma unroll
-      for (int k = 0; k < V::N; ++k) o.v[k] = from_float<T>(to_float(a.v[k]) * rstd * to_float(w.v[k]));
-      ov[i] = o;
-    }
-  } else {
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      const float f = to_float(x_row[i]);
-      sum_sq += f * f;
-    }
-    const float rstd = rsqrtf(block_sum(sum_sq) / (float)hidden + eps);
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      out_row[i] = from_float<T>(to_float(x_row[i]) * rstd * to_float(weight[i]));
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * step;
+      if (i < n) {
+        const P a = cached ? cache[u] : xp[i];
+        const P w = wp[i];
+        P o;
+#pragma unroll
+        for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(to_float(a.v[k]) * rstd * to_float(w.v[k]));
+        op[i] = o;
+      }
     }
   }
 }
@@ -256,11 +265,13 @@ KH_RMSNORM_INSTANTIATE(__nv_bfloat16, false)
 template <typename T>
 cudaError_t launch(void* out, const void* x, const void* weight, int64_t rows, int hidden,
                    int64_t x_row_stride, int64_t out_row_stride, float eps, cudaStream_t stream) {
-  constexpr int N = Vec16<T>::N;
+  constexpr int N = 16 / sizeof(T);
   const bool vec = hidden % N == 0 && x_row_stride % N == 0 && out_row_stride % N == 0 &&
                    ((uintptr_t)out | (uintptr_t)x | (uintptr_t)weight) % 16 == 0;
-  const int work = vec ? hidden / N : hidden;  // accesses per row
-  int threads = (work + 31) / 32 * 32;
+  const int accesses = vec ? hidden / N : hidden;
+  const int unroll = vec ? Unroll<true>::value : Unroll<false>::value;
+  // enough threads that one sweep covers the row (registers hold it), in whole warps, at most 1024
+  int threads = ((accesses + unroll - 1) / unroll + 31) / 32 * 32;
   threads = threads < 32 ? 32 : (threads > 1024 ? 1024 : threads);
   const dim3 grid((unsigned)rows);
   if (vec) {

@@ -111,6 +111,49 @@ def test_clock_reader_without_a_gpu_says_why():
     assert clocks.nvml_snapshot("cpu")["nvml"].startswith("unavailable")
 
 
+class _FakeNvml:
+    """The slice of pynvml the clock reader uses; the handle is found by "GPU-" + torch's UUID."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self):
+        self.readings = iter([1980.0, 1410.0, 345.0])
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid != "GPU-1234-abcd":
+            raise RuntimeError("Not Found")
+        return "handle"
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return 1980 if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return next(self.readings) if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"580.159.03"
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000
+
+
+def test_clock_reader_maps_the_device_by_uuid(monkeypatch):
+    fake = _FakeNvml()
+    monkeypatch.setattr(clocks, "pynvml", fake)
+    monkeypatch.setattr(clocks, "_nvml_ready", None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"uuid": "1234-abcd"}))
+    reader = clocks.SmClockReader("cuda:0")
+    assert reader.available and reader.max_mhz == 1980.0
+    assert [reader.read_mhz(), reader.read_mhz()] == [1410.0, 345.0]  # the probe took the first reading
+    assert reader.read_mhz() is None  # a failing reading costs one sample its clock, nothing more
+    snap = clocks.nvml_snapshot("cuda:0")
+    assert snap["nvml"] == "ok" and snap["driver_version"] == "580.159.03" and snap["power_limit_w"] == 700.0
+    assert snap["temperature_c"].startswith("unavailable")  # not in the fake: reported, not raised
+
+
 # ----------------------------------------------------------------------------- CUPTI trace attribution
 
 def _x(cat, name, ts, dur, **args):
