@@ -198,7 +198,7 @@ __device__ __forceinline__ float block_sum(float v) {
 }
 
 // Accesses each thread keeps in flight per sweep over the row.
-template <bool VEC> struct Unroll { static constexpr int value = VEC ? 4 : 8; };
+template <bool VEC> struct Unroll { static constexpr int value = VEC ? 2 : 8; };
 
 // One block per row. VEC: the x, out and weight rows are 16-byte aligned and hidden is a whole number
 // of 16-byte vectors; otherwise one element per access (padded rows are unaligned). When one sweep of

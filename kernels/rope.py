@@ -20,6 +20,8 @@ import triton.language as tl
 _PAIRS_PER_PROGRAM = 4096
 # Below this many programs (decode-sized batches) the work is split further so that every SM gets some.
 _MIN_PROGRAMS = 1024
+# Tokens per step of the reference.
+_REF_CHUNK_TOKENS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -172,20 +174,26 @@ def rope(
 
 
 def rope_ref(*, positions, query, key, cos_sin_cache, head_size, is_neox) -> None:
-    """Plain torch, like vLLM's forward_native: compute in promote(dtype, fp32), write back in place."""
+    """Plain torch, like vLLM's forward_native: compute in promote(dtype, fp32), write back in place.
+
+    Tokens go in chunks so that the temporaries stay small next to the `huge` tier's > 2**31-element query.
+    """
     acc = torch.promote_types(query.dtype, torch.float32)
     rot_dim = cos_sin_cache.shape[-1]
     half = rot_dim // 2
-    cos_sin = cos_sin_cache.index_select(0, positions.long()).to(acc)
-    cos = cos_sin[:, None, :half]
-    sin = cos_sin[:, None, half:rot_dim]
-    for x in (query, key):
-        if x is None or x.numel() == 0:
-            continue
-        xh = x.reshape(x.shape[0], -1, head_size).to(acc)
-        rot = xh[..., :rot_dim]
-        x1, x2 = (rot[..., :half], rot[..., half:]) if is_neox else (rot[..., 0::2], rot[..., 1::2])
-        o1 = x1 * cos - x2 * sin
-        o2 = x2 * cos + x1 * sin
-        rotated = torch.cat((o1, o2), dim=-1) if is_neox else torch.stack((o1, o2), dim=-1).flatten(-2)
-        x.copy_(torch.cat((rotated, xh[..., rot_dim:]), dim=-1).reshape(x.shape))
+    for start in range(0, positions.shape[0], _REF_CHUNK_TOKENS):
+        stop = start + _REF_CHUNK_TOKENS
+        cos_sin = cos_sin_cache.index_select(0, positions[start:stop].long()).to(acc)
+        cos = cos_sin[:, None, :half]
+        sin = cos_sin[:, None, half:rot_dim]
+        for x in (query, key):
+            if x is None or x.numel() == 0:
+                continue
+            x = x[start:stop]
+            xh = x.reshape(x.shape[0], -1, head_size).to(acc)
+            rot = xh[..., :rot_dim]
+            x1, x2 = (rot[..., :half], rot[..., half:]) if is_neox else (rot[..., 0::2], rot[..., 1::2])
+            o1 = x1 * cos - x2 * sin
+            o2 = x2 * cos + x1 * sin
+            rotated = torch.cat((o1, o2), dim=-1) if is_neox else torch.stack((o1, o2), dim=-1).flatten(-2)
+            x.copy_(torch.cat((rotated, xh[..., rot_dim:]), dim=-1).reshape(x.shape))
