@@ -157,8 +157,9 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str) -> d
     out = dict(bytes=nbytes, flops=flops, gbps=nbytes / seconds / 1e9, tflops=flops / seconds / 1e12,
                pct_roofline=None, bound=None, target=spec.roofline.target, verdict="n/a")
     peak_tflops = (ceilings.matmul_tflops or {}).get(dtype) if ceilings else None
-    if not ceilings or not ceilings.copy_gbps:
-        return out
+    peak_tflops = peak_tflops if peak_tflops and math.isfinite(peak_tflops) else None
+    if not ceilings or not ceilings.copy_gbps or not math.isfinite(ceilings.copy_gbps):
+        return out  # no measured ceiling: rates only, no % of roofline
     t_mem = nbytes / (ceilings.copy_gbps * 1e9)
     t_flop = flops / (peak_tflops * 1e12) if peak_tflops else 0.0
     floor = max(t_mem, t_flop)

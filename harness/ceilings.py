@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -146,6 +147,10 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> C
         return hit
     sizes = _GPU if dev.type == "cuda" else _CPU
     copy_gbps, copy_note = _copy_gbps(dev, sizes)
+    if not math.isfinite(copy_gbps):
+        # An idle GPU ramps its clock during the first copies; those samples are dropped as throttled
+        # and can leave none. Measure again, now that the clock is up.
+        copy_gbps, copy_note = _copy_gbps(dev, sizes)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     tflops, notes = _matmul_tflops(dev, sizes)
@@ -157,5 +162,6 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> C
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cached=False,
     )
-    _save(path, key, ceilings)
+    if math.isfinite(copy_gbps) and all(math.isfinite(v) for v in tflops.values()):
+        _save(path, key, ceilings)  # never cache a failed measurement
     return ceilings

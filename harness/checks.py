@@ -59,8 +59,21 @@ def call(fn: Callable, args: Arguments, device: str) -> None:
     sync(device)
 
 
+_CHUNK = 1 << 26  # elements compared at a time: a >2**31-element case must not need 5 full-size temporaries
+
+
 def mismatch(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> str | None:
-    """None when ``got`` matches ``expected`` within tolerance (finite positions), else a summary."""
+    """None when ``got`` matches ``expected`` within tolerance, else a summary of the mismatches."""
+    if expected.numel() > _CHUNK:
+        g_flat, e_flat = got.reshape(-1), expected.reshape(-1)
+        for start in range(0, e_flat.numel(), _CHUNK):
+            if _mismatch(g_flat[start:start + _CHUNK], e_flat[start:start + _CHUNK], tol) is not None:
+                return _mismatch(got, expected, tol)  # the full summary, only on failure
+        return None
+    return _mismatch(got, expected, tol)
+
+
+def _mismatch(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> str | None:
     g = got.to(expected.dtype)
     finite = torch.isfinite(expected) & torch.isfinite(g)
     err = (g - expected).abs().masked_fill(~finite, 0)
@@ -137,7 +150,9 @@ def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
     try:
         return _run_checks(ctx, fn, ref_fn)
     except CheckFailure as exc:
-        raise CheckFailure(exc.check, f"{str(exc).partition(': ')[2]}\n{ctx.describe()}") from None
+        failure = CheckFailure(exc.check, f"{str(exc).partition(': ')[2]}\n{ctx.describe()}")
+    # Raised outside the handler so no traceback keeps the case's tensors (GBs on a huge case) alive.
+    raise failure
 
 
 def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from harness.cases import full_env
 from harness.spec import Case, Spec
 
-# args + pristine copy + input snapshot + second run, and the reference at up to twice the width
-_COPIES = 4
+# args + pristine copy + second run + a chunk's temporaries, and the reference at twice the width.
+# Measured on the H200: fused_add_rmsnorm fp32 at 2**31 elements peaked near 6.6x its tensor bytes.
+_COPIES = 5
 _REF_FACTOR = 2
 
 

@@ -118,6 +118,10 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
+class KernelError(Exception):
+    """A kernel (or its reference) raised: the message and the case, without the tensors' frames."""
+
+
 class SpecErrorItem(pytest.Item):
     def __init__(self, *, problems: list[str], **kw):
         super().__init__(**kw)
@@ -156,7 +160,7 @@ class KernelCaseItem(pytest.Item):
         return None
 
     def runtest(self) -> None:
-        from harness.checks import CaseContext, run_checks
+        from harness.checks import CaseContext, CheckFailure, run_checks
         from harness.spec_check import resolve_import
 
         reason = self._skip_reason()
@@ -165,7 +169,20 @@ class KernelCaseItem(pytest.Item):
         ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
                           self.device.torch_device)
         impl = self.spec.reference if self.backend == "reference" else self.spec.backends[self.backend].impl
-        outcome = run_checks(ctx, resolve_import(impl), resolve_import(self.spec.reference))
+        try:
+            outcome = run_checks(ctx, resolve_import(impl), resolve_import(self.spec.reference))
+            error = None
+        except CheckFailure:
+            raise
+        except Exception as exc:  # a crashing kernel: keep its text, drop the frames holding its tensors
+            error = KernelError(f"{type(exc).__name__}: {exc}\n{ctx.describe()}")
+        finally:
+            if self.device.is_gpu:
+                import torch
+
+                torch.cuda.empty_cache()
+        if error is not None:
+            raise error
         self.user_properties.append(("checks", ",".join(outcome.checks)))
         for note in outcome.notes:
             self.user_properties.append(("note", note))
@@ -175,7 +192,7 @@ class KernelCaseItem(pytest.Item):
 
         ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
                           self.device.torch_device)
-        if isinstance(excinfo.value, CheckFailure):
+        if isinstance(excinfo.value, (CheckFailure, KernelError)):
             return str(excinfo.value)
         return f"{super().repr_failure(excinfo, style='short')}\n{ctx.describe()}"
 

@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(T* __restrict__ out, cons
   const int n = hidden / N;  // accesses per row
   const int step = blockDim.x;
   const bool cached = n <= U * step;
-  P cache[U];
+  float cache[U][N];  // constant indices only (unrolled loops): stays in registers
   float sum_sq = 0.0f;
   for (int base = threadIdx.x; base < n; base += U * step) {
 #pragma unroll
@@ -227,11 +227,10 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(T* __restrict__ out, cons
       const int i = base + u * step;
       if (i < n) {
         const P a = xp[i];
-        cache[u] = a;
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-          const float f = to_float(a.v[k]);
-          sum_sq += f * f;
+          cache[u][k] = to_float(a.v[k]);
+          sum_sq += cache[u][k] * cache[u][k];
         }
       }
     }
@@ -242,11 +241,15 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(T* __restrict__ out, cons
     for (int u = 0; u < U; ++u) {
       const int i = base + u * step;
       if (i < n) {
-        const P a = cached ? cache[u] : xp[i];
+        if (!cached) {
+          const P a = xp[i];
+#pragma unroll
+          for (int k = 0; k < N; ++k) cache[u][k] = to_float(a.v[k]);
+        }
         const P w = wp[i];
         P o;
 #pragma unroll
-        for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(to_float(a.v[k]) * rstd * to_float(w.v[k]));
+        for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(cache[u][k] * rstd * to_float(w.v[k]));
         op[i] = o;
       }
     }
