@@ -45,7 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "tier": config.getoption("tier"), "seed": config.getoption("seed"), "specs": [], "outcomes": {},
     }
     # --specs elsewhere than testpaths: collect it too, so `pytest --specs DIR` just works.
-    if specs_dir.is_dir() and not any(_covers(a, specs_dir, config) for a in config.args):
+    explicit = config.getoption("specs") != "specs"
+    if explicit and specs_dir.is_dir() and not any(_covers(a, specs_dir, config) for a in config.args):
         config.args.append(str(specs_dir))
     known = {p.stem for p in specs_dir.glob("*.toml")}
     for k in sorted(config.stash[_KEY]["kernels"] - known):
