@@ -1,0 +1,105 @@
+"""The backend resolver on pretend devices: each fallback step and each reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import resolve as resolve_mod
+from harness.arch import fake_device, parse_rule
+from harness.cli import main
+from harness.resolve import resolve
+from tests.test_planted import make_spec
+
+CUDA_BACKEND = """
+[backends.cuda]
+impl = "tests.planted.broken_kernels:scale"
+arch = [">=sm_80"]
+requires = ["torch"]
+tools = ["{tool}"]
+"""
+
+
+def spec_with_cuda(tmp_path, tool="sh", triton_arch='["cpu", ">=sm_80"]'):
+    make_spec(tmp_path, "scale")
+    text = (tmp_path / "scale.toml").read_text()
+    text = text.replace('fallback = ["triton", "reference"]', 'fallback = ["cuda", "triton", "reference"]')
+    text = text.replace('arch = ["cpu", ">=sm_80"]', f"arch = {triton_arch}")
+    (tmp_path / "scale.toml").write_text(text + CUDA_BACKEND.replace("{tool}", tool))
+    from harness import spec as spec_mod
+
+    return spec_mod.load(tmp_path / "scale.toml")
+
+
+def selected(statuses):
+    return next(s.backend for s in statuses if s.selected)
+
+
+@pytest.mark.parametrize("rule, arch, expected", [
+    (">=sm_80", "sm_75", False), (">=sm_80", "sm_80", True), (">=sm_80", "sm_100", True),
+    ("<sm_100", "sm_90", True), ("<sm_100", "sm_100", False), ("sm_80..sm_90", "sm_86", True),
+    ("sm_80..sm_90", "sm_100", False), ("cpu", "cpu", True), (">=sm_80", "cpu", False), ("sm_90", "sm_90", True),
+])
+def test_arch_rules(rule, arch, expected):
+    assert parse_rule(rule).matches(arch) is expected
+
+
+def test_sm90_runs_cuda(tmp_path):
+    statuses = resolve(spec_with_cuda(tmp_path), fake_device("sm_90"))
+    assert selected(statuses) == "cuda"
+    assert all(s.runnable for s in statuses)
+
+
+def test_sm100_runs_cuda(tmp_path):
+    assert selected(resolve(spec_with_cuda(tmp_path), fake_device("sm_100"))) == "cuda"
+
+
+def test_sm80_runs_cuda(tmp_path):
+    assert selected(resolve(spec_with_cuda(tmp_path), fake_device("sm_80"))) == "cuda"
+
+
+def test_sm75_falls_back_to_reference_with_arch_reasons(tmp_path):
+    statuses = {s.backend: s for s in resolve(spec_with_cuda(tmp_path), fake_device("sm_75"))}
+    assert statuses["reference"].selected
+    assert statuses["cuda"].reason == "architecture sm_75 is outside >=sm_80"
+    assert statuses["triton"].reason == "architecture sm_75 is outside cpu, >=sm_80"
+
+
+def test_cpu_falls_back_to_triton_interpreter(tmp_path):
+    statuses = {s.backend: s for s in resolve(spec_with_cuda(tmp_path), fake_device("cpu"))}
+    assert statuses["triton"].selected
+    assert "outside >=sm_80" in statuses["cuda"].reason
+
+
+def test_missing_tool_falls_back_to_triton(tmp_path):
+    statuses = {s.backend: s for s in resolve(spec_with_cuda(tmp_path, tool="no-such-compiler-xyz"),
+                                              fake_device("sm_90"))}
+    assert statuses["triton"].selected
+    assert statuses["cuda"].reason == "tool no-such-compiler-xyz not found"
+
+
+def test_missing_module_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve_mod, "module_available", lambda name: name != "triton")
+    statuses = {s.backend: s for s in resolve(spec_with_cuda(tmp_path, tool="no-such-compiler-xyz"),
+                                              fake_device("sm_90"))}
+    assert statuses["triton"].reason == "module triton not importable"
+    assert statuses["reference"].selected
+
+
+def test_build_failure_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve_mod, "_build", lambda path, dev: "RuntimeError: nvcc exited with 1")
+    import dataclasses
+
+    spec = spec_with_cuda(tmp_path)
+    device = dataclasses.replace(fake_device("sm_90"), fake=False)  # a real device runs build hooks
+    spec = dataclasses.replace(spec, backends={**spec.backends, "cuda": dataclasses.replace(
+        spec.backends["cuda"], build="tests.planted.broken_kernels:scale")})
+    statuses = {s.backend: s for s in resolve(spec, device)}
+    assert statuses["cuda"].reason == "build failed: RuntimeError: nvcc exited with 1"
+    assert statuses["triton"].selected
+
+
+def test_resolve_command_prints_another_arch_without_running(capsys):
+    assert main(["resolve", "--arch", "sm_75", "--kernel", "rmsnorm"]) == 0
+    out = capsys.readouterr().out
+    assert "rmsnorm" in out and "sm_75" in out and "RUNS" in out
+    assert "architecture sm_75 is outside >=sm_80" in out
