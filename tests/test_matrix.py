@@ -1,0 +1,49 @@
+"""`python -m harness matrix` on planted kernels: a spill and a one-architecture compile error fail it."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import main
+
+SPEC = """
+[kernel]
+name = "{name}"
+reference = "tests.planted.broken_kernels:scale_ref"
+dtypes = ["fp32"]
+layouts = ["padded", "strided", "transposed"]
+
+[backends.triton]
+impl = "tests.planted.aot_kernels:{name}"
+requires = ["triton"]
+
+[inputs.x]
+shape = ["rows", "cols"]
+
+[outputs.out]
+shape = ["rows", "cols"]
+
+[cases.edge]
+base = {{ rows = 2, cols = 8192 }}
+vary = {{ rows = [0, 1, 3] }}
+"""
+
+
+@pytest.mark.parametrize("name, arch, problem", [
+    ("spill", "sm_90", "spill"),
+    ("to_fp8", "sm_80", "compile error"),
+])
+def test_matrix_fails_on_planted_kernel(tmp_path, capsys, name, arch, problem):
+    (tmp_path / f"{name}.toml").write_text(SPEC.format(name=name))
+    code = main(["matrix", "--specs-dir", str(tmp_path), "--arch", arch])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert any(line.startswith("PROBLEM:") and problem in line for line in out.splitlines()), out
+
+
+def test_matrix_passes_and_prints_the_table(capsys):
+    code = main(["matrix", "--kernel", "softmax", "--arch", "sm_90"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "regs" in out and "spills st/ld" in out and "smem" in out
+    assert "softmax:" in out and "0 problem(s)" in out
