@@ -26,6 +26,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="ci: edge + ci cases (default); full: + realistic and >2**31-element cases (GPU)")
     g.addoption("--seed", type=int, default=0, help="base seed for the generated inputs")
     g.addoption("--specs", default="specs", help="directory of spec files (default: specs)")
+    g.addoption("--isolate", action="store_true", dest="isolate", default=None,
+                help="run each case in a worker process, so a crash or hang fails that case only "
+                     "(default: on with a GPU, off on the CPU interpreter)")
+    g.addoption("--no-isolate", action="store_false", dest="isolate", default=None,
+                help="run the cases in the pytest process")
 
 
 def _split(values: list[str]) -> set[str]:
@@ -38,7 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
     use_interpreter_if_no_gpu()  # before any kernel module is imported
     specs_dir = Path(config.getoption("specs"))
     if not specs_dir.is_absolute():
-        specs_dir = Path(config.rootpath) / specs_dir
+        here = Path(config.invocation_params.dir) / specs_dir
+        specs_dir = here if here.is_dir() else Path(config.rootpath) / specs_dir
     config.stash[_KEY] = {
         "specs_dir": specs_dir.resolve(), "kernels": _split(config.getoption("kernel")),
         "dtypes": _split(config.getoption("dtype")), "backends": _split(config.getoption("backend")),
@@ -72,8 +78,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.stash[_KEY]["kernels"]:
         return
     # --kernel selects generated kernel tests only: the harness's own tests are deselected.
-    keep = [i for i in items if isinstance(i, (KernelCaseItem, SpecErrorItem))]
-    dropped = [i for i in items if not isinstance(i, (KernelCaseItem, SpecErrorItem))]
+    from harness.plugin_bench import BenchCaseItem
+
+    generated = (KernelCaseItem, SpecErrorItem, BenchCaseItem)
+    keep = [i for i in items if isinstance(i, generated)]
+    dropped = [i for i in items if not isinstance(i, generated)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -96,6 +105,11 @@ class SpecFile(pytest.File):
         device = detect()
         statuses = {s.backend: s for s in resolve(spec, device)}
         opts["specs"].append((spec, list(statuses.values())))
+        from harness.plugin_bench import bench_items, wants_bench_items
+
+        if wants_bench_items(self.config):
+            yield from bench_items(self, spec, list(statuses.values()), device, opts["dtypes"])
+            return
         for backend, status in statuses.items():
             if opts["backends"] and backend not in opts["backends"]:
                 continue
@@ -169,6 +183,8 @@ class KernelCaseItem(pytest.Item):
             pytest.skip(reason)
         ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
                           self.device.torch_device)
+        if _isolating(self.config):
+            return self._runtest_isolated(ctx)
         impl = self.spec.reference if self.backend == "reference" else self.spec.backends[self.backend].impl
         try:
             outcome = run_checks(ctx, resolve_import(impl), resolve_import(self.spec.reference))
@@ -188,6 +204,20 @@ class KernelCaseItem(pytest.Item):
         for note in outcome.notes:
             self.user_properties.append(("note", note))
 
+    def _runtest_isolated(self, ctx) -> None:
+        from harness.checks import CheckFailure
+        from harness.isolated import failure_text
+
+        outcome = _isolated_outcome(self)
+        if outcome.status != "ok":  # raised, crashed or timed out: the case's failure, the run goes on
+            raise KernelError(failure_text(outcome, ctx.describe()))
+        result = outcome.value
+        if result["status"] == "failed":
+            raise CheckFailure(result["check"], result["message"].removeprefix(f"{result['check']}: "))
+        self.user_properties.append(("checks", ",".join(result["checks"])))
+        for note in result["notes"]:
+            self.user_properties.append(("note", note))
+
     def repr_failure(self, excinfo, style=None):
         from harness.checks import CaseContext, CheckFailure
 
@@ -199,6 +229,50 @@ class KernelCaseItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.name} seed={self.seed}"
+
+
+def _isolating(config: pytest.Config) -> bool:
+    opts = config.stash[_KEY]
+    if opts.get("isolate") is None:
+        isolate = config.getoption("isolate")
+        if isolate is None:  # a GPU kernel can take the process down; the CPU interpreter raises instead
+            from harness.arch import detect
+
+            isolate = detect().is_gpu
+        opts["isolate"] = isolate
+    return opts["isolate"]
+
+
+def _isolated_outcome(item: KernelCaseItem):
+    """Run the item's case in the session's worker pool; with several GPUs the next items go out too."""
+    from harness.isolated import case_task
+
+    opts = item.config.stash[_KEY]
+    if opts.get("pool") is None:
+        from harness.workers import WorkerPool, default_devices
+
+        opts["pool"] = WorkerPool(default_devices(), timeout_s=120.0)
+    pool, pending = opts["pool"], opts.setdefault("pending", {})
+    if pool.size > 1:  # shard across the workers, one per GPU: keep each busy with the items that follow
+        items = item.session.items
+        position = opts.setdefault("positions", {it.nodeid: k for k, it in enumerate(items)})
+        start = position.get(item.nodeid, len(items))
+        for other in items[start:start + 4 * pool.size]:
+            if len(pending) >= 2 * pool.size:
+                break
+            if isinstance(other, KernelCaseItem) and other.nodeid not in pending and not other._skip_reason():
+                pending[other.nodeid] = pool.submit(case_task(other.spec, other.backend, other.dtype, other.case,
+                                                              other.seed))
+    ticket = pending.pop(item.nodeid, None)
+    if ticket is None:
+        ticket = pool.submit(case_task(item.spec, item.backend, item.dtype, item.case, item.seed))
+    return pool.wait(ticket)
+
+
+def _close_pool(config: pytest.Config) -> None:
+    opts = config.stash.get(_KEY, None)
+    if opts and opts.get("pool") is not None:
+        opts.pop("pool").close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -231,6 +305,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    _close_pool(session.config)
     opts = session.config.stash.get(_KEY, None)
     if not opts:
         return
@@ -238,3 +313,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     opts["all_skipped"] = skipped_all
     if skipped_all and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _close_pool(config)  # also after an interrupted session: no worker outlives pytest
