@@ -42,7 +42,7 @@ def test(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository; args after -- go to ruff check."""
     _pip(session, "ruff")
-    session.run("ruff", "check", *(session.posargs or ["."]))
+    session.run("python", "-m", "ruff", "check", *(session.posargs or ["."]))
 
 
 @nox.session(**VENV)

@@ -170,7 +170,17 @@ def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
         raise CheckFailure("layout", f"the spec does not list the {layout!r} layout for backend {ctx.backend!r}, "
                                      "so the launcher must raise a clear error, but it ran")
     ref_args = clone_args(args, layout="contiguous", dtype_map=lambda d: _promote(d, ctx.dtype))
-    call(fn, args, ctx.device)
+    if is_zero_size(args):
+        from harness.launches import empty_grid_launches
+
+        with empty_grid_launches() as empty:
+            call(fn, args, ctx.device)
+        if empty:
+            name, grid = empty[0]
+            raise CheckFailure("zero-size", f"launched {name} with an empty grid {grid}: return early on 0-size "
+                                            "inputs instead of launching")
+    else:
+        call(fn, args, ctx.device)
     call(ref_fn, ref_args, ctx.device)
     got = {t.name: args.tensors[t.name] for t in spec.written}
     ref = {t.name: ref_args.tensors[t.name] for t in spec.written}

@@ -55,6 +55,7 @@ def test_correct_kernel_passes_every_check(tmp_path):
     ("scale_stale_workspace", "determinism", "second run on the same inputs differs"),
     ("scale_nan_on_negative", "nan_inf", "NaN/Inf values where the reference is finite"),
     ("scale_sloppy", "numerics", "outside atol="),
+    ("scale_launches_empty_grid", "zero-size", "with an empty grid (0,)"),
 ])
 def test_planted_bug_is_caught(tmp_path, impl, check, fragment):
     failures = run_all(make_spec(tmp_path, impl))

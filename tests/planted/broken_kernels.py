@@ -97,3 +97,11 @@ def scale_contiguous_only(*, x, w, out):
     if not x.is_contiguous():
         raise ValueError(f"scale_contiguous_only: x must be contiguous, got strides {tuple(x.stride())}")
     _launch(x, w, out)
+
+
+def scale_launches_empty_grid(*, x, w, out):
+    """Forgets the early return: a 0-row input launches a (0,) grid."""
+    n_rows, n_cols = x.shape
+    _scale_kernel[(n_rows,)](x, w, out, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                             BLOCK=triton.next_power_of_2(max(n_cols, 1)), DROP_LAST=False,
+                             ASSUME_CONTIGUOUS=False, WRITE_INPUT=False)
