@@ -91,7 +91,7 @@ def _load_plugins() -> None:
     # Commands living in their own modules register themselves on import.
     import importlib
 
-    for mod in ("harness.cli_bench", "harness.cli_matrix"):
+    for mod in ("harness.cli_bench", "harness.cli_matrix", "harness.cli_sanitize"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:
