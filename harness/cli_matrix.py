@@ -4,6 +4,8 @@ backend ahead of time for each target architecture, and read the resources from 
 
 from __future__ import annotations
 
+import sys
+
 from harness.cli import EXIT_FAILED, EXIT_OK, command, load_specs, options, spec_paths
 
 DEFAULT_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -30,6 +32,18 @@ def meta_args(spec, case, dtype) -> dict:
     return {**out, **{n: p(env) for n, p in spec.params.items()}}
 
 
+def config_key(r) -> tuple:
+    """What decides a compiled kernel's resources: its declared constexprs, warps, stages and element types.
+
+    Launches that differ only in Triton's value specialisations (a stride of 1) or divisibility hints
+    compile to near-identical code; compiling each of them for every architecture would multiply the
+    matrix's time several-fold for no new information.
+    """
+    constexprs = tuple((k, repr(v)) for k, v in r.constexprs.items() if k not in r.specialised)
+    pointers = tuple(t for t in r.signature.values() if str(t).startswith("*"))
+    return (r.kernel_name, constexprs, r.num_warps, r.num_stages, pointers)
+
+
 def triton_launches(spec, backend) -> tuple[list, list[str]]:
     """Every distinct Triton launch the backend makes over all cases and dtypes, and launcher errors."""
     from harness.aot import record_launches
@@ -41,7 +55,7 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
             for dtype in spec.dtypes:
                 try:
                     for r in record_launches(fn, meta_args(spec, case, dtype)):
-                        key = (r.kernel_name, r.config_label(), tuple(r.signature.items()), r.divisible_by_16)
+                        key = config_key(r)
                         if key not in seen:
                             seen.add(key)
                             records.append(r)
@@ -82,6 +96,8 @@ def cmd_matrix(args) -> int:
                 continue
             records, errors = triton_launches(spec, backend)
             problems += errors
+            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(archs)} archs",
+                  file=sys.stderr, flush=True)
             table = table_rows(compile_all(records, archs))
             rows += [dataclass_replace(r, kernel=f"{spec.name}:{r.kernel}") for r in table]
             problems += [f"{r.kernel} [{r.config}] {r.arch}: {r.status}" for r in table if r.status != "ok"]
