@@ -14,6 +14,13 @@ case "$what" in
     timeout 420 python3 -m pytest --tier full -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" "$@" 2>&1 \
       | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -60
     ;;
+  final)
+    # Generated tests, all tiers (isolated workers on a GPU), then every kernel under compute-sanitizer.
+    timeout 230 python3 -m pytest --tier full -q -rfE -p no:cacheprovider "$@" 2>&1 \
+      | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -25
+    timeout 280 python3 -m harness sanitize --tool memcheck --timeout 55 2>&1 | tee "$OUT/sanitize.log"
+    timeout 60 python3 -m harness sanitize --kernel softmax --tool racecheck --timeout 55 2>&1 | tee -a "$OUT/sanitize.log"
+    ;;
   timing)
     timeout 300 python3 bench/gpu_timing_check.py --out "$OUT/gpu_timing_check.json" "$@" 2>&1 | tee "$OUT/timing.log"
     ;;
