@@ -18,6 +18,19 @@ from kernels.rmsnorm import RMSNormConfig, needs_bf16_rounding, round_to_bf16
 
 
 @triton.jit
+def _add_into_residual(x_ptrs, r_ptrs, mask, RNE_BF16_R: tl.constexpr):
+    """residual = x + residual, rounded once to residual's dtype and stored; returns the stored sum in fp32."""
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
+    s = x + r
+    if RNE_BF16_R:
+        s = round_to_bf16(s)
+    s = s.to(r_ptrs.dtype.element_ty)
+    tl.store(r_ptrs, s, mask=mask)
+    return s.to(tl.float32)
+
+
+@triton.jit
 def _fused_add_rmsnorm_kernel(
     x_ptr, r_ptr, w_ptr, n_rows, n_cols,
     stride_xm, stride_xn, stride_rm, stride_rn, stride_w, eps,
@@ -34,15 +47,7 @@ def _fused_add_rmsnorm_kernel(
         col_ok = cols < n_cols
         mask = row_ok & col_ok[None, :]
         x_ptrs = x_rows + cols[None, :] * stride_xn
-        r_ptrs = r_rows + cols[None, :] * stride_rn
-        x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-        r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-        s = x + r
-        if RNE_BF16_R:
-            s = round_to_bf16(s)
-        s = s.to(r_ptr.dtype.element_ty)
-        tl.store(r_ptrs, s, mask=mask)
-        s = s.to(tl.float32)
+        s = _add_into_residual(x_ptrs, r_rows + cols[None, :] * stride_rn, mask, RNE_BF16_R)
         rstd = tl.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)
         w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         y = s * rstd[:, None] * w[None, :]
@@ -54,15 +59,8 @@ def _fused_add_rmsnorm_kernel(
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_ok & (c < n_cols)[None, :]
-            r_ptrs = r_rows + c[None, :] * stride_rn
-            x = tl.load(x_rows + c[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-            s = x + r
-            if RNE_BF16_R:
-                s = round_to_bf16(s)
-            s = s.to(r_ptr.dtype.element_ty)
-            tl.store(r_ptrs, s, mask=mask)
-            s = s.to(tl.float32)
+            s = _add_into_residual(x_rows + c[None, :] * stride_xn, r_rows + c[None, :] * stride_rn, mask,
+                                   RNE_BF16_R)
             acc += s * s
         # the second pass reads back the sums other threads of this program stored
         tl.debug_barrier()
