@@ -11,7 +11,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,9 +115,8 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
     from harness.stats import summarize
 
     spec, case = job.spec, job.case
-    seed = case_seed(spec, job.dtype, case, seed_base)
-    base = dict(kernel=spec.name, provider=job.provider.name, backend=job.provider.backend, role=job.provider.role,
-                dtype=job.dtype, case_id=case.id, shape=case.values, headline=case.headline, seed=seed)
+    base = _base(job, seed_base)
+    seed = base["seed"]
     if not job.provider.runnable:
         return _empty(base, "skipped", job.provider.reason)
     try:
@@ -138,6 +137,34 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
     return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
                       stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
+
+
+def _base(job: Job, seed_base: int) -> dict:
+    spec, case, p = job.spec, job.case, job.provider
+    return dict(kernel=spec.name, provider=p.name, backend=p.backend, role=p.role, dtype=job.dtype, case_id=case.id,
+                shape=case.values, headline=case.headline, seed=case_seed(spec, job.dtype, case, seed_base))
+
+
+def run_jobs(jobs: list[Job], device: Device, ceilings, timing, seed_base: int = 0,
+             pool=None) -> Iterator[tuple[int, CaseResult]]:
+    """(index, result) of every job: in order in this process, or as they finish in ``pool``'s workers
+    (``harness.workers.WorkerPool``: one per GPU), where a crash or hang fails that job only."""
+    if pool is None:
+        reference = Reference()
+        for i, job in enumerate(jobs):
+            yield i, run_job(job, device, ceilings, timing, reference, seed_base)
+        return
+    from harness.isolated import bench_task
+    from harness.results import case_from_json
+
+    tasks = [bench_task(job, timing, ceilings, seed_base) for job in jobs]
+    for i, outcome in pool.map_unordered(tasks):
+        if outcome.status == "ok":
+            yield i, case_from_json(outcome.value)
+            continue
+        print(f"{jobs[i].label}: {outcome.error}", file=sys.stderr, flush=True)  # the details; the case keeps one line
+        what = outcome.summary if outcome.status == "error" else f"kernel {outcome.summary}"
+        yield i, _empty(_base(jobs[i], seed_base), "error", f"{what} (in an isolated worker)"[:400])
 
 
 def _empty(base: dict, status: str, reason: str) -> CaseResult:

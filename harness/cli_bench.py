@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -23,6 +25,9 @@ def _bench_options(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     p.add_argument("--specs-dir", default="specs")
     p.add_argument("--pytest-benchmark", metavar="FILE", help="also write pytest-benchmark JSON here")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each job in a worker process (one per GPU), so a crash or hang fails that job only "
+                        "(default: on with a GPU, off on the CPU)")
 
 
 def _split(values) -> tuple[str, ...]:
@@ -69,15 +74,16 @@ def cmd_bench(args) -> int:
     environment = collect_environment(device=device.torch_device, spec_paths=paths, seed=args.seed, timing=timing)
     ceilings = measure_ceilings(device.torch_device)
     progress = bench.Progress(len(jobs))
-    reference = bench.Reference()
-    cases = []
-    for job in jobs:
-        key = (job.spec.name, job.provider.name, job.dtype, job.case.id)
-        result = done.get(key) or bench.run_job(job, device, ceilings, timing, reference, args.seed)
-        if key not in done:
+    cases = [done.get((job.spec.name, job.provider.name, job.dtype, job.case.id)) for job in jobs]
+    for job, result in zip(jobs, cases, strict=True):
+        if result is not None:
+            progress.step(job, result)
+    todo = [i for i, result in enumerate(cases) if result is None]
+    with _pool(args, device) as pool:  # started after the ceilings: its imports must not disturb them
+        for k, result in bench.run_jobs([jobs[i] for i in todo], device, ceilings, timing, args.seed, pool):
             append_case(journal, result)
-        cases.append(result)
-        progress.step(job, result)
+            cases[todo[k]] = result  # the plan's order, whatever order the workers finish in
+            progress.step(jobs[todo[k]], result)
     end = collect_environment(device=device.torch_device, seed=args.seed, timing=timing)
     environment["at_end"] = {k: end.get(k) for k in ("date", "nvml") if k in end}
     results = Results(SCHEMA_VERSION, environment, dataclasses.asdict(ceilings), tuple(bench.attach_speedups(cases)),
@@ -94,6 +100,15 @@ def cmd_bench(args) -> int:
     for c in bad:
         print(f"{c.status.upper()}: {c.kernel} {c.provider} {c.dtype} {c.case_id}: {c.reason}")
     return EXIT_FAILED if bad else EXIT_OK
+
+
+def _pool(args, device):
+    isolate = args.isolate if args.isolate is not None else device.is_gpu
+    if not isolate:
+        return contextlib.nullcontext()
+    from harness.workers import WorkerPool, default_devices
+
+    return WorkerPool(default_devices(), timeout_s=120.0)
 
 
 @command("report", "re-render report.md and plots from a results.json (or a partial cases.jsonl)")

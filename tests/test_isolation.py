@@ -1,0 +1,172 @@
+"""Crash isolation: a kernel that raises, hangs, kills its process or segfaults fails its own cases only.
+
+The pool tests use tasks that never import torch, so their workers start in a blink; the end-to-end tests
+run ``pytest --isolate`` and ``python -m harness bench --isolate`` over a directory of specs where faulty
+kernels sit next to a good one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import spec as spec_mod
+from harness.workers import Task, WorkerPool
+from tests.planted.faulty_kernels import RAISE_MESSAGE
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
+TASKS = "tests.planted.pool_tasks:"
+FAULTY = "tests.planted.faulty_kernels:"
+GOOD = "tests.planted.broken_kernels:scale"
+CI_CASE = "rows=16,cols=128"
+FAULT_TIMEOUT_S = 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- the pool itself
+
+def test_each_failure_kind_is_an_outcome_and_the_worker_is_replaced():
+    with WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
+        ok = pool.run(Task(TASKS + "echo", {"value": 7}))
+        error = pool.run(Task(TASKS + "fail", {"message": "boom"}))
+        crashed = pool.run(Task(TASKS + "exit_with", {"code": 3}))
+        killed = pool.run(Task(TASKS + "kill_self"))
+        hung = pool.run(Task(TASKS + "sleep", {"seconds": 60}, timeout_s=0.5))
+        poisoned = pool.run(Task(TASKS + "cuda_error"))
+        after = pool.run(Task(TASKS + "echo", {"value": 8}))
+        unpicklable = pool.run(Task(TASKS + "echo", {"value": lambda: 0}))
+    assert (ok.status, ok.value["value"], ok.error) == ("ok", 7, "")
+    assert error.status == "error" and error.error.startswith("ValueError: boom")
+    assert "pool_tasks.py" in error.error and "in fail" in error.error  # the worker's traceback comes along
+    assert error.worker_pid == ok.worker_pid  # an exception does not cost the worker
+    assert crashed.status == "crashed" and crashed.summary == "crashed (exit code 3)"
+    assert hung.status == "timeout" and hung.summary == "timed out after 0.5 s"
+    assert "in sleep" in hung.error  # faulthandler's dump says where it hung
+    assert killed.status == "crashed" and killed.summary == "crashed (signal 9, SIGKILL)"
+    assert crashed.worker_pid == ok.worker_pid != killed.worker_pid != hung.worker_pid  # fresh after each crash
+    assert poisoned.status == "error" and "illegal memory access" in poisoned.error
+    assert after.status == "ok" and after.worker_pid != poisoned.worker_pid  # a CUDA error retires the worker
+    assert unpicklable.status == "error" and "could not be sent" in unpicklable.error
+    for o in (ok, crashed, killed, hung, poisoned, after):
+        assert not _alive(o.worker_pid), f"worker {o.worker_pid} outlived the pool"
+
+
+def test_tasks_shard_across_one_worker_per_device(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    tasks = [Task(TASKS + "sleep", {"seconds": 0.2}) for _ in range(6)]
+    with WorkerPool(["cuda:0", "cuda:1"], timeout_s=30, initializer=None) as pool:
+        done = dict(pool.map_unordered(tasks))
+        seen = {pool.run(Task(TASKS + "echo", {"value": 0})).value["visible"] for _ in range(4)}
+    assert sorted(done) == list(range(6)) and all(o.status == "ok" for o in done.values())
+    assert len({o.value for o in done.values()}) == 2 and {o.device for o in done.values()} == {"cuda:0", "cuda:1"}
+    assert seen <= {"4", "5"}  # each worker sees only its own GPU, through the parent's numbering
+
+
+def test_interrupt_leaves_no_worker_behind():
+    with pytest.raises(KeyboardInterrupt), WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
+        pid = pool.run(Task(TASKS + "echo", {"value": 0})).worker_pid
+        pool.run(Task(TASKS + "interrupt_parent"))
+    assert not _alive(pid)
+
+
+# --------------------------------------------------------------------------- end to end
+
+def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None = None, extra: str = "") -> Path:
+    text = TEMPLATE.read_text()
+    for old, new in (('name = "scale"', f'name = "{name}"'), ("{impl}", impl),
+                     ("{layouts}", '["padded", "strided", "transposed"]')):
+        assert old in text, f"{TEMPLATE} changed: no {old!r}"
+        text = text.replace(old, new)
+    if timeout is not None:
+        text = text.replace('fallback = ["triton", "reference"]', f'fallback = ["triton", "reference"]\n'
+                                                                   f"timeout = {timeout}")
+    path = directory / f"{name}.toml"
+    path.write_text(text + extra)
+    return path
+
+
+# Spec name -> (kernel, what its failure says). Each crash costs a fresh worker (a torch import, seconds),
+# so SIGKILL and os._exit are covered by the pool tests above, not here.
+FAULTS = {
+    "faulty_hang": ("hangs", f"kernel timed out after {FAULT_TIMEOUT_S} s"),
+    "faulty_raise": ("raises", f"RuntimeError: {RAISE_MESSAGE}"),
+    "faulty_segv": ("segfault", "kernel crashed (signal 11, SIGSEGV)"),
+}
+
+
+def test_pytest_isolate_reports_each_fault_and_the_good_kernel_passes(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the specs name tests.planted.* kernels
+    monkeypatch.setenv("COLUMNS", "400")  # the short summary keeps each failure's first line whole
+    specs = pytester.path / "specs"
+    specs.mkdir()
+    good = spec_mod.load(write_spec(specs, "scale", GOOD))
+    for name, (kernel, _) in FAULTS.items():
+        write_spec(specs, name, FAULTY + kernel, timeout=FAULT_TIMEOUT_S)
+    # One case per faulty kernel (each crash costs a fresh worker); every fp32 case of the good one. The
+    # directory is the default "specs", so the plugin collects only what the arguments name.
+    picked = [f"specs/{name}.toml::{name}[triton-fp32-{CI_CASE}]" for name in FAULTS]
+    result = pytester.runpytest_subprocess("--specs", "specs", "--isolate", "--dtype", "fp32", "-p",
+                                           "no:cacheprovider", *picked, "specs/scale.toml", timeout=150)
+    out = result.stdout.str()
+    n_good = 2 * (len(good.cases["edge"]) + len(good.cases["ci"]))  # the triton and reference backends
+    assert result.parseoutcomes() == {"failed": len(FAULTS), "passed": n_good}, out[-3000:]
+    for name, (_, says) in FAULTS.items():
+        line = re.search(rf"^FAILED .*{name}\.toml::{name}\[.*$", out, re.M)
+        assert line and says in line.group(0), (name, says, line and line.group(0))
+        assert f"[{name} backend=triton dtype=fp32 case=ci:{CI_CASE} seed=" in out  # the case's context
+    assert "Segmentation fault" in out and "in segfault" in out  # the worker's dying words
+
+
+def test_bench_isolate_reports_each_fault_and_measures_the_rest(tmp_path):
+    peers = "".join(f'\n[peers.{p}]\nimpl = "{impl}"\n' for p, impl in
+                    (("raises", FAULTY + "raises"), ("hangs", FAULTY + "hangs"), ("segfault", FAULTY + "segfault"),
+                     ("good", GOOD)))
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_spec(specs, "faulty_bench", FAULTY + "raises", timeout=FAULT_TIMEOUT_S,
+               extra=peers + "\n[[cases.bench]]\nrows = 64\ncols = 256\n")
+    providers = ["reference", "raises", "hangs", "segfault", "good"]
+    out_dir = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness", "bench", "--specs-dir", str(specs), "--isolate", "--dtype", "fp32",
+           "--provider", ",".join(providers), "--out", str(out_dir), "--timeout", "1", "--min-time", "0.05"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+    assert run.returncode == 1, run.stderr[-3000:]  # errors found, the run finished and wrote its results
+    cases = json.loads((out_dir / "results.json").read_text())["cases"]
+    assert [c["provider"] for c in cases] == providers  # the plan's order
+    by = {c["provider"]: c for c in cases}
+    assert by["reference"]["status"] == "ok" and by["good"]["status"] == "ok", run.stderr[-3000:]
+    assert by["raises"]["status"] == "error" and RAISE_MESSAGE in by["raises"]["reason"]
+    assert by["hangs"]["status"] == "error" and "timed out after 4 s" in by["hangs"]["reason"]
+    assert by["segfault"]["status"] == "error" and "crashed (signal 11, SIGSEGV)" in by["segfault"]["reason"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="an illegal memory access needs a CUDA device")
+def test_out_of_bounds_read_poisons_only_its_worker(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    specs = pytester.path / "specs"
+    specs.mkdir()
+    write_spec(specs, "faulty_oob", FAULTY + "out_of_bounds", timeout=30)
+    good = spec_mod.load(write_spec(specs, "scale", GOOD))
+    result = pytester.runpytest_subprocess("--specs", "specs", "--isolate", "--dtype", "fp32", "-p",
+                                           "no:cacheprovider", f"specs/faulty_oob.toml::faulty_oob[triton-fp32-"
+                                           f"{CI_CASE}]", "specs/scale.toml", timeout=300)
+    out = result.stdout.str()
+    n_good = 2 * (len(good.cases["edge"]) + len(good.cases["ci"]))
+    assert result.parseoutcomes() == {"failed": 1, "passed": n_good}, out[-3000:]
+    assert re.search(r"illegal memory access|CUDA error|cudaErrorIllegalAddress", out), out[-3000:]
