@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from dataclasses import dataclass
 
 _BINOPS = {
@@ -21,6 +22,10 @@ _CMPOPS = {
 }
 FUNCTIONS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor, "log2": math.log2,
              "abs": abs, "sqrt": math.sqrt}
+# Limits that keep a hostile or mistyped spec from hanging validation (9 ** 9 ** 9) or overflowing the
+# evaluator's recursion: real shape arithmetic is a few levels deep and far below 2 ** 4096.
+MAX_DEPTH = 100
+MAX_INT_BITS = 4096
 
 
 class ExprError(ValueError):
@@ -37,6 +42,28 @@ class Expr:
         return _eval(self.tree.body, env, self.source)
 
 
+def constant(value: bool | int | float | str) -> Expr:
+    """A literal (a param's ``value``): evaluates to itself, strings, NaN and infinities included."""
+    return Expr(repr(value), ast.Expression(body=ast.Constant(value)), frozenset())
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _show(source: str) -> str:
+    return _clip(repr(source))
+
+
+def _depth(tree: ast.AST) -> int:
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def parse(source: object, *, functions: dict | None = None) -> Expr:
     """Parse ``source`` (a string, or a number / bool taken literally) into an :class:`Expr`."""
     if isinstance(source, (bool, int, float)):
@@ -44,9 +71,17 @@ def parse(source: object, *, functions: dict | None = None) -> Expr:
     if not isinstance(source, str):
         raise ExprError(f"expected an expression string, got {type(source).__name__}")
     try:
-        tree = ast.parse(source.strip(), mode="eval")
+        with warnings.catch_warnings():  # "invalid escape sequence" and the like: the whitelist decides
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ExprError(f"cannot parse {source!r}: {exc.msg}") from None
+        raise ExprError(f"cannot parse {_show(source)}: {exc.msg}") from None
+    except ValueError as exc:  # a NUL character, before Python 3.12
+        raise ExprError(f"cannot parse {_show(source)}: {exc}") from None
+    except (RecursionError, MemoryError):  # what CPython's parser raises for very deep nesting
+        raise ExprError(f"{_show(source)}: nested too deeply") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExprError(f"{_show(source)}: nested too deeply (more than {MAX_DEPTH} levels)")
     allowed_calls = FUNCTIONS if functions is None else functions
     names = set()
     for node in ast.walk(tree):
@@ -54,9 +89,11 @@ def parse(source: object, *, functions: dict | None = None) -> Expr:
             names.add(node.id)
         elif isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in allowed_calls or node.keywords:
-                raise ExprError(f"{source!r}: only calls of {sorted(allowed_calls)} are allowed")
+                raise ExprError(f"{_show(source)}: only calls of {sorted(allowed_calls)} are allowed")
+        elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):  # str, None, 1j
+            raise ExprError(f"{_show(source)}: only numbers are allowed, got {_clip(repr(node.value))}")
         elif not isinstance(node, _ALLOWED_NODES):
-            raise ExprError(f"{source!r}: {type(node).__name__} is not allowed in an expression")
+            raise ExprError(f"{_show(source)}: {type(node).__name__} is not allowed in an expression")
     call_names = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
     names -= call_names
     names -= {"true", "false", "True", "False"}
@@ -70,23 +107,35 @@ _ALLOWED_NODES = (
 _LITERALS = {"true": True, "false": False, "True": True, "False": False}
 
 
+def _number(value: object, source: str) -> object:
+    """A result the rest of the harness can use: real, and an integer small enough to print."""
+    if isinstance(value, complex):
+        raise ExprError(f"{_show(source)}: the result is not a real number")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"{_show(source)}: an integer larger than 2**{MAX_INT_BITS}")
+    return value
+
+
 def _eval(node: ast.AST, env: dict, source: str) -> object:
     if isinstance(node, ast.Constant):
-        if not isinstance(node.value, (int, float, bool)):
-            raise ExprError(f"{source!r}: only numbers are allowed, got {node.value!r}")
         return node.value
     if isinstance(node, ast.Name):
         if node.id in env:
             return env[node.id]
         if node.id in _LITERALS:
             return _LITERALS[node.id]
-        raise ExprError(f"{source!r}: undefined symbol {node.id!r}")
+        raise ExprError(f"{_show(source)}: undefined symbol {node.id!r}")
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env, source), _eval(node.right, env, source)
+        if (isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and right > 0
+                and right * max(abs(left).bit_length() - 1, 0) > MAX_INT_BITS):
+            raise ExprError(f"{_show(source)}: an integer larger than 2**{MAX_INT_BITS}")  # before computing it
         try:
-            return _BINOPS[type(node.op)](left, right)
+            return _number(_BINOPS[type(node.op)](left, right), source)
         except ZeroDivisionError:
-            raise ExprError(f"{source!r}: division by zero") from None
+            raise ExprError(f"{_show(source)}: division by zero") from None
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise ExprError(f"{_show(source)}: {exc}") from None
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, source)
         return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}[type(node.op)](value)
@@ -97,8 +146,11 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
         left = _eval(node.left, env, source)
         for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = _eval(comparator, env, source)
-            if not _CMPOPS[type(op)](left, right):
-                return False
+            try:
+                if not _CMPOPS[type(op)](left, right):
+                    return False
+            except TypeError as exc:
+                raise ExprError(f"{_show(source)}: {exc}") from None
             left = right
         return True
     if isinstance(node, ast.IfExp):
@@ -106,10 +158,10 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
     if isinstance(node, ast.Call):
         args = [_eval(a, env, source) for a in node.args]
         try:
-            return FUNCTIONS[node.func.id](*args)
-        except (TypeError, ValueError) as exc:
-            raise ExprError(f"{source!r}: {node.func.id}(): {exc}") from None
-    raise ExprError(f"{source!r}: unsupported syntax {type(node).__name__}")
+            return _number(FUNCTIONS[node.func.id](*args), source)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ExprError(f"{_show(source)}: {node.func.id}(): {exc}") from None
+    raise ExprError(f"{_show(source)}: unsupported syntax {type(node).__name__}")
 
 
 def resolve_symbols(values: dict[str, object], derived: dict[str, Expr]) -> dict[str, object]:

@@ -28,6 +28,7 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 import types
 import typing
@@ -52,7 +53,7 @@ class ResultsError(ValueError):
     """A results file or record that does not match the schema; the message is one line."""
 
     def __init__(self, message: str):
-        super().__init__(" ".join(message.split("\n")))
+        super().__init__(" ".join(message.splitlines()))  # every line break, U+2028 and \x1e included
 
 
 @dataclass(frozen=True)
@@ -167,12 +168,26 @@ class _Bad(Exception):
         super().__init__(f"{where}: {message}")
 
 
+def _at(where: str, key: str) -> str:
+    """``where.key``; a key that would not read as one ("", " x", "a\nb") is quoted as a JSON string."""
+    shown = key if key and key.isprintable() and key.strip() == key else json.dumps(key)
+    return f"{where}.{shown}" if where else shown
+
+
+MAX_DEPTH = 32  # free-form values (environment, ceilings) nested deeper are refused, not recursed into
+_INT64 = 2 ** 63
+
+
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad(where, f"expected a number, got {_describe(value)}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range, 10**400
+        number = math.inf
+    if not math.isfinite(number):
         raise _Bad(where, f"expected a finite number, got {_describe(value)}")
-    return float(value)
+    return number
 
 
 def _integer(value, where: str) -> int:
@@ -180,21 +195,25 @@ def _integer(value, where: str) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Bad(where, f"expected an integer, got {_describe(value)}")
+    if not -_INT64 <= value < _INT64:  # what every JSON reader and the report's formatting can hold
+        raise _Bad(where, f"expected a 64-bit integer, got {_describe(value)}")
     return value
 
 
-def _json_value(value, where: str):
-    """Free-form JSON: anything but NaN/Infinity, with string keys."""
+def _json_value(value, where: str, depth: int = 0):
+    """Free-form JSON: anything but NaN/Infinity, with string keys, at most MAX_DEPTH levels deep."""
+    if depth > MAX_DEPTH:
+        raise _Bad(where, f"nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, float) and not math.isfinite(value):
         raise _Bad(where, f"expected a finite number, got {_describe(value)}")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _Bad(where, f"expected string keys, got {_describe(k)}")
-            _json_value(v, f"{where}.{k}")
+            _json_value(v, _at(where, k), depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _json_value(v, f"{where}[{i}]")
+            _json_value(v, f"{where}[{i}]", depth + 1)
     elif value is not None and not isinstance(value, (str, int, float, bool)):
         raise _Bad(where, f"expected a JSON value, got {type(value).__name__}")
     return value
@@ -238,7 +257,7 @@ def _one_of(allowed: tuple[str, ...]) -> Callable:
 def _check_shape(value: dict, where: str) -> None:
     for k, v in value.items():
         if v is None or isinstance(v, (dict, list)):
-            raise _Bad(f"{where}.{k}", f"expected a number, string or boolean, got {_describe(v)}")
+            raise _Bad(_at(where, k), f"expected a number, string or boolean, got {_describe(v)}")
 
 
 def _check_stats(value: dict | None, where: str) -> None:
@@ -250,12 +269,13 @@ def _check_stats(value: dict | None, where: str) -> None:
     for key, v in value.items():
         if v is None and key not in _STATS_REQUIRED_NUMBERS:
             continue
-        value[key] = _integer(v, f"{where}.{key}") if key in _STATS_INTS else _number(v, f"{where}.{key}")
+        at = _at(where, key)
+        value[key] = _integer(v, at) if key in _STATS_INTS else _number(v, at)
 
 
 def _check_speedups(value: dict, where: str) -> None:
     for provider, entry in value.items():
-        value[provider] = _plain(_from_dict(Speedup, entry, f"{where}.{provider}"))
+        value[provider] = _plain(_from_dict(Speedup, entry, _at(where, provider)))
 
 
 def _check_ceilings(value: dict, where: str) -> None:
@@ -265,12 +285,13 @@ def _check_ceilings(value: dict, where: str) -> None:
     for block, at in ((value, where), (sheet or {}, f"{where}.datasheet")):
         if block.get("copy_gbps") is not None:
             _number(block["copy_gbps"], f"{at}.copy_gbps")
-        per_dtype = block.get("matmul_tflops") or {}
+        per_dtype = block.get("matmul_tflops")
+        per_dtype = {} if per_dtype is None else per_dtype
         if not isinstance(per_dtype, dict):
             raise _Bad(f"{at}.matmul_tflops", f"expected an object, got {_describe(per_dtype)}")
         for dtype, v in per_dtype.items():
             if v is not None:
-                _number(v, f"{at}.matmul_tflops.{dtype}")
+                _number(v, _at(f"{at}.matmul_tflops", dtype))
 
 
 def _needs_reason(ok_statuses: tuple[str, ...], what: str = "required when status is {!r}") -> Callable:
@@ -316,7 +337,7 @@ def _from_dict(cls: type, data, where: str):
     hints = _hints(cls)
     for key in data:
         if key not in hints:
-            raise _Bad(f"{where}.{key}" if where else key, "unknown key")
+            raise _Bad(_at(where, key), "unknown key")
     kwargs = {}
     for name in (f.name for f in fields(cls)):
         at = f"{where}.{name}" if where else name
@@ -335,17 +356,20 @@ def _case_key(case: CaseResult) -> tuple:
     return (case.kernel, case.provider, case.backend, case.dtype, case.case_id)
 
 
+def _check_version(doc: dict) -> None:
+    if "schema_version" not in doc:
+        raise _Bad("schema_version", "required key is missing")
+    version = doc["schema_version"]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise _Bad("schema_version", f"unsupported version {_describe(version)} (this harness reads {SCHEMA_VERSION})")
+
+
 def results_from_json(doc, source: str = "<results>") -> Results:
     """Build a :class:`Results` from a parsed document; :class:`ResultsError` names source and key."""
     try:
         if not isinstance(doc, dict):
             raise _Bad("(top level)", f"expected an object, got {_describe(doc)}")
-        if "schema_version" not in doc:
-            raise _Bad("schema_version", "required key is missing")
-        version = doc["schema_version"]
-        if version != SCHEMA_VERSION or isinstance(version, bool):
-            raise _Bad("schema_version", f"unsupported version {_describe(version)} "
-                                         f"(this harness reads {SCHEMA_VERSION})")
+        _check_version(doc)
         results = _from_dict(Results, doc, "")
         seen: dict[tuple, int] = {}
         for i, case in enumerate(results.cases):
@@ -372,6 +396,11 @@ def _parse_json(text: str, source: str):
             from None
     except RecursionError:
         raise ResultsError(f"{source}: not valid JSON: nested too deeply") from None
+    except ValueError:  # json.loads' int() refuses a number this long, with a plain ValueError
+        raise ResultsError(f"{source}: not valid JSON: {_TOO_LONG}") from None
+
+
+_TOO_LONG = f"a number with more than {sys.get_int_max_str_digits()} digits"
 
 
 def load_results(path: str | os.PathLike) -> Results:
@@ -513,17 +542,28 @@ def load_partial(jsonl_path: str | os.PathLike) -> tuple[CaseResult, ...]:
         if not line.strip():
             continue
         last = number == len(lines)
+        where = f"{source}: line {number}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             if last and torn_tail:
                 break
-            raise ResultsError(f"{source}: line {number}: not valid JSON: {exc.msg}") from None
-        where = f"{source}: line {number}"
-        if not isinstance(record, dict) or set(record) != {"schema_version", "case"}:
-            raise ResultsError(f"{where}: expected an object with keys schema_version and case")
-        if record["schema_version"] != SCHEMA_VERSION:
-            raise ResultsError(f"{where}: schema_version: unsupported version "
-                               f"{_describe(record['schema_version'])} (this harness reads {SCHEMA_VERSION})")
+            raise ResultsError(f"{where}: not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ResultsError(f"{where}: not valid JSON: nested too deeply") from None
+        except ValueError:
+            raise ResultsError(f"{where}: not valid JSON: {_TOO_LONG}") from None
+        try:
+            if not isinstance(record, dict):
+                raise _Bad("(top level)", f"expected an object with keys schema_version and case, "
+                                          f"got {_describe(record)}")
+            for key in record:
+                if key not in ("schema_version", "case"):
+                    raise _Bad(_at("", key), "unknown key (a record has schema_version and case)")
+            _check_version(record)
+            if "case" not in record:
+                raise _Bad("case", "required key is missing")
+        except _Bad as exc:
+            raise ResultsError(f"{where}: {exc}") from None
         cases.append(case_from_json(record["case"], where))
     return tuple(cases)

@@ -22,12 +22,21 @@ class SpecError(Exception):
 
 def describe(value: object) -> str:
     if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
+        text = f'"{value}"'
+    elif isinstance(value, dict):
         return "a table"
-    if isinstance(value, list):
+    elif isinstance(value, list):
         return "a list"
-    return repr(value).lower() if isinstance(value, bool) else repr(value)
+    else:
+        text = repr(value).lower() if isinstance(value, bool) else repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def one_line(text: str) -> str:
+    """Non-printable characters (newlines, U+2028...) escaped: a problem is always exactly one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class Reader:
@@ -38,8 +47,8 @@ class Reader:
         self.problems: list[str] = []
 
     def problem(self, key: str, message: str) -> None:
-        where = f"{key}: " if key else ""
-        self.problems.append(f"{self.path}: {where}{message}")
+        where = f"{one_line(key)}: " if key else ""
+        self.problems.append(f"{self.path}: {where}{one_line(message)}")
 
     def keys(self, table: dict, allowed: Iterable[str], key: str, required: Iterable[str] = ()) -> None:
         allowed = list(allowed)
@@ -62,7 +71,13 @@ class Reader:
         if not _is(value, kind):
             self.problem(_join(key, name), f"expected {_kind_name(kind)}, got {describe(value)}")
             return default
-        return float(value) if kind is float else value
+        if kind is float:
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond the float range
+                self.problem(_join(key, name), f"expected a number, got {describe(value)}: too large")
+                return default
+        return value
 
     def table(self, table: dict, name: str, key: str, required: bool = False) -> dict:
         return self.get(table, name, dict, key, default={}, required=required)
@@ -92,7 +107,8 @@ def _kind_name(kind) -> str:
 
 
 def _join(key: str, name: object) -> str:
-    return f"{key}.{name}" if key else str(name)
+    name = str(name) or '""'  # TOML's empty key, which would otherwise vanish from the message
+    return f"{key}.{name}" if key else name
 
 
 def did_you_mean(name: str, options: Iterable[str]) -> str:

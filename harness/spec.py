@@ -7,13 +7,15 @@ Loading never raises a traceback for a spec mistake: every problem becomes one l
 from __future__ import annotations
 
 import hashlib
+import keyword
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import expr as ex
 from harness.arch import ArchError, parse_rule
-from harness.schema import Reader, SpecError, describe, did_you_mean
+from harness.schema import Reader, SpecError, describe, did_you_mean, one_line
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -167,8 +169,12 @@ def load(path: str | Path) -> Spec:
         raw = tomllib.loads(raw_bytes.decode("utf-8"))
     except FileNotFoundError:
         raise SpecError([f"{path}: file not found"]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: invalid TOML: {exc}"]) from None
+    except OSError as exc:  # a folder, no permission
+        raise SpecError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, an integer too long for int()
+        raise SpecError([f"{path}: invalid TOML: {one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise SpecError([f"{path}: invalid TOML: nested too deeply"]) from None
     spec = _build(r, raw, hashlib.sha256(raw_bytes).hexdigest())
     if spec is not None and not r.problems:
         spec_check.check_semantics(r, spec)
@@ -224,13 +230,14 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
                 continue
             if "value" in p:
                 v = r.get(p, "value", (bool, int, float, str), f"params.{n}")
-                params[n] = ex.parse(repr(v)) if v is not None else None
+                params[n] = ex.constant(v) if v is not None else None
             else:
                 params[n] = _expr(r, p.get("expr"), f"params.{n}.expr")
     tensors = [_tensor(r, n, t, False) for n, t in r.table(raw, "inputs", "", required=True).items()
                if _is_table(r, t, f"inputs.{n}")]
     tensors += [_tensor(r, n, t, True) for n, t in r.table(raw, "outputs", "").items()
                 if _is_table(r, t, f"outputs.{n}")]
+    _argument_names(r, raw)
     if tensors and None not in tensors and not any(t.output or t.inplace for t in tensors):
         r.problem("outputs", "the kernel writes nothing: declare [outputs] or an input with inplace = true")
     tolerances = {d: _tolerance(r, d, t) for d, t in r.table(raw, "tolerance", "").items()
@@ -257,8 +264,32 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
         fallback=fallback, backends=backends, peers=peers, params=params, tensors=tuple(tensors),
         tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
-        roofline=roofline, timeout_s=r.get(k, "timeout", float, "kernel", default=120.0), sha256=sha,
+        roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
     )
+
+
+def _timeout(r: Reader, k: dict) -> float:
+    timeout = r.get(k, "timeout", float, "kernel", default=120.0)
+    if not 0 < timeout < math.inf:
+        r.problem("kernel.timeout", f"must be a positive number of seconds, got {timeout}")
+    return timeout
+
+
+def _argument_names(r: Reader, raw: dict) -> None:
+    """Tensors and params are passed to the kernel as keyword arguments: identifiers, each name once."""
+    seen: dict[str, str] = {}
+    for section in ("inputs", "outputs", "params"):
+        table = raw.get(section)
+        for name in table if isinstance(table, dict) else ():
+            key = f"{section}.{name}"
+            if not name.isidentifier() or keyword.iskeyword(name):
+                r.problem(key, "not a Python identifier: every tensor and param is passed by its name "
+                               "as a keyword argument")
+            elif name in seen:
+                r.problem(key, f"{seen[name]} has the same name: every tensor and param is passed by its "
+                               "name as a keyword argument")
+            else:
+                seen[name] = key
 
 
 def _is_table(r: Reader, value, key: str) -> bool:
@@ -323,7 +354,9 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     if dtype != "case" and dtype not in DTYPES:
         r.problem(f"{key}.dtype", f'unknown dtype "{dtype}"{did_you_mean(dtype, DTYPES)}')
     is_float = dtype == "case" or dtype in FLOAT_DTYPES
-    values = _distribution(r, t.get("values", "normal" if is_float else None), f"{key}.values", is_float)
+    # outputs are allocated and poisoned by the harness, never filled: they take no values
+    values = None if output else _distribution(r, t.get("values", "normal" if is_float else None),
+                                               f"{key}.values", is_float)
     if None in dims or values is None and not output:
         return None
     return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()),
@@ -362,8 +395,8 @@ def _tolerance(r: Reader, dtype: str, t: dict) -> Tolerance:
     rtol = r.get(t, "rtol", float, key, default=d_rtol)
     atol = r.get(t, "atol", float, key, default=d_atol)
     for n, v in (("rtol", rtol), ("atol", atol)):
-        if v < 0:
-            r.problem(f"{key}.{n}", f"must be >= 0, got {v}")
+        if not 0 <= v < math.inf:
+            r.problem(f"{key}.{n}", f"must be a finite number >= 0, got {v}")
     reason = r.get(t, "reason", str, key, default="").strip()
     if (rtol > d_rtol or atol > d_atol) and not reason:
         r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}) without a reason")
