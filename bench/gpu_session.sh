@@ -16,10 +16,11 @@ case "$what" in
     ;;
   final)
     # Generated tests, all tiers (isolated workers on a GPU), then every kernel under compute-sanitizer.
-    timeout 230 python3 -m pytest --tier full -q -rfE -p no:cacheprovider "$@" 2>&1 \
+    timeout 200 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py --tier full -q -rfE \
+      -p no:cacheprovider "$@" 2>&1 \
       | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -25
-    timeout 280 python3 -m harness sanitize --tool memcheck --timeout 55 2>&1 | tee "$OUT/sanitize.log"
-    timeout 60 python3 -m harness sanitize --kernel softmax --tool racecheck --timeout 55 2>&1 | tee -a "$OUT/sanitize.log"
+    timeout 230 python3 -m harness sanitize --tool memcheck --timeout 44 2>&1 | tee "$OUT/sanitize.log"
+    timeout 50 python3 -m harness sanitize --kernel softmax --tool racecheck --timeout 45 2>&1 | tee -a "$OUT/sanitize.log"
     ;;
   timing)
     timeout 300 python3 bench/gpu_timing_check.py --out "$OUT/gpu_timing_check.json" "$@" 2>&1 | tee "$OUT/timing.log"
