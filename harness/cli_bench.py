@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 from pathlib import Path
 
 from harness.cli import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
@@ -51,7 +52,7 @@ def cmd_bench(args) -> int:
     from harness.ceilings import measure_ceilings
     from harness.environment import collect_environment
     from harness.report import render_report
-    from harness.results import SCHEMA_VERSION, Results, append_case, load_partial, write_results
+    from harness.results import SCHEMA_VERSION, Results, append_case, atomic_write_text, load_partial, write_results
 
     use_interpreter_if_no_gpu()
     paths = spec_paths([], args.specs_dir, args.kernel)
@@ -73,6 +74,11 @@ def cmd_bench(args) -> int:
         journal.unlink()
     environment = collect_environment(device=device.torch_device, spec_paths=paths, seed=args.seed, timing=timing)
     ceilings = measure_ceilings(device.torch_device)
+    # What a partial report needs besides the cases: written before the first case, atomically.
+    header = {"environment": environment, "ceilings": dataclasses.asdict(ceilings),
+              "arch_matrix": [dataclasses.asdict(r) for r in arch_rows],
+              "waivers": [dataclasses.asdict(w) for w in waivers]}
+    atomic_write_text(out / "run.json", json.dumps(header, indent=1, default=str) + "\n")
     progress = bench.Progress(len(jobs))
     cases = [done.get((job.spec.name, job.provider.name, job.dtype, job.case.id)) for job in jobs]
     for job, result in zip(jobs, cases, strict=True):
@@ -95,6 +101,7 @@ def cmd_bench(args) -> int:
 
         write_pytest_benchmark(results, args.pytest_benchmark)
     journal.unlink(missing_ok=True)
+    (out / "run.json").unlink(missing_ok=True)
     print(f"wrote {json_path}, {csv_path}, {report}")
     bad = [c for c in results.cases if c.status in ("wrong", "error")]
     for c in bad:
@@ -132,12 +139,32 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def _partial(path: str):
+    """An interrupted run: its finished cases, with the run's header (run.json beside it) when present."""
+    from harness.results import SCHEMA_VERSION, load_partial, results_from_json, to_json
+
+    cases = [to_json(c) for c in load_partial(path)]
+    header_path = Path(path).with_name("run.json")
+    header = {}
+    if header_path.exists():
+        try:
+            header = json.loads(header_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"{header_path}: unreadable run header: {exc}") from None
+        if not isinstance(header, dict):
+            raise BadInput(f"{header_path}: expected a JSON object")
+    doc = {"schema_version": SCHEMA_VERSION, "environment": header.get("environment", {}),
+           "ceilings": header.get("ceilings", {}), "cases": cases, "arch_matrix": header.get("arch_matrix", []),
+           "waivers": header.get("waivers", []), "complete": False}
+    return results_from_json(doc, str(header_path if header else path))
+
+
 def load_any(path: str):
-    from harness.results import SCHEMA_VERSION, Results, ResultsError, load_partial, load_results
+    from harness.results import ResultsError, load_results
 
     try:
         if path.endswith(".jsonl"):
-            return Results(SCHEMA_VERSION, {}, {}, load_partial(path), (), (), False)
+            return _partial(path)
         return load_results(path)
     except ResultsError as exc:
         raise BadInput(str(exc)) from None
