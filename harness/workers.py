@@ -118,9 +118,10 @@ class _Worker:
             text = self.log_file.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
-        # faulthandler ends with one long "Extension modules: ..." line: noise that would crowd out the stack
-        lines = [ln.rstrip()[:TAIL_LINE_CHARS] for ln in text.strip().splitlines()
-                 if not ln.startswith("Extension modules:")]
+        # faulthandler ends with a long "Extension modules: ..." list (which can span lines): noise that
+        # would crowd out the stack, and the last thing a dying worker writes, so cut it off.
+        text = text.split("Extension modules:")[0]
+        lines = [ln.rstrip()[:TAIL_LINE_CHARS] for ln in text.strip().splitlines()]
         return "\n".join(lines[-TAIL_LINES:])
 
 
