@@ -126,6 +126,7 @@ def cmd_report(args) -> int:
 
     results = load_any(args.results)
     out = Path(args.out) if args.out else Path(args.results).parent
+    _folder_for_output(out, out)
     print(f"wrote {render_report(results, out)}")
     return EXIT_OK
 
@@ -135,8 +136,22 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     from harness.pbexport import write_pytest_benchmark
 
-    print(f"wrote {write_pytest_benchmark(load_any(args.results), args.out)}")
+    results = load_any(args.results)
+    out = Path(args.out)
+    if out.is_dir():
+        raise BadInput(f"--out {out}: is a folder; give the name of the file to write")
+    _folder_for_output(out.parent, out)
+    print(f"wrote {write_pytest_benchmark(results, out)}")
     return EXIT_OK
+
+
+def _folder_for_output(folder: Path, out: Path) -> None:
+    """``folder`` is, or can be made, a folder: a file in the way is one line, not a traceback mid-write."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise BadInput(f"--out {out}: {p} is not a folder")
+            return
 
 
 def _partial(path: str):
@@ -149,14 +164,15 @@ def _partial(path: str):
     if header_path.exists():
         try:
             header = json.loads(header_path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8, a 5000-digit number
             raise BadInput(f"{header_path}: unreadable run header: {exc}") from None
         if not isinstance(header, dict):
             raise BadInput(f"{header_path}: expected a JSON object")
     doc = {"schema_version": SCHEMA_VERSION, "environment": header.get("environment", {}),
            "ceilings": header.get("ceilings", {}), "cases": cases, "arch_matrix": header.get("arch_matrix", []),
            "waivers": header.get("waivers", []), "complete": False}
-    return results_from_json(doc, str(header_path if header else path))
+    results_from_json({**doc, "cases": []}, str(header_path))  # a problem in the header names run.json...
+    return results_from_json(doc, path)  # ...then only the cases can be wrong (duplicates): cases.jsonl
 
 
 def load_any(path: str):

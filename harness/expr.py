@@ -131,11 +131,12 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
                 and right * max(abs(left).bit_length() - 1, 0) > MAX_INT_BITS):
             raise ExprError(f"{_show(source)}: an integer larger than 2**{MAX_INT_BITS}")  # before computing it
         try:
-            return _number(_BINOPS[type(node.op)](left, right), source)
+            value = _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
             raise ExprError(f"{_show(source)}: division by zero") from None
         except (OverflowError, TypeError, ValueError) as exc:
             raise ExprError(f"{_show(source)}: {exc}") from None
+        return _number(value, source)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, source)
         return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}[type(node.op)](value)
@@ -158,9 +159,10 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
     if isinstance(node, ast.Call):
         args = [_eval(a, env, source) for a in node.args]
         try:
-            return _number(FUNCTIONS[node.func.id](*args), source)
+            value = FUNCTIONS[node.func.id](*args)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ExprError(f"{_show(source)}: {node.func.id}(): {exc}") from None
+        return _number(value, source)
     raise ExprError(f"{_show(source)}: unsupported syntax {type(node).__name__}")
 
 

@@ -6,6 +6,7 @@ Every problem is ``"<file>: <key.path>: <message>"``; unknown keys get a did-you
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
@@ -107,7 +108,9 @@ def _kind_name(kind) -> str:
 
 
 def _join(key: str, name: object) -> str:
-    name = str(name) or '""'  # TOML's empty key, which would otherwise vanish from the message
+    name = str(name)
+    if not name or name.strip() != name or not name.isprintable():  # "", " ", "a\nb": quoted, as TOML does
+        name = json.dumps(name)
     return f"{key}.{name}" if key else name
 
 

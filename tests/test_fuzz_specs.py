@@ -1,0 +1,578 @@
+"""Property-based tests: a malformed spec gives one line per problem, naming the file and the key, exit 2.
+
+hypothesis starts from two valid spec documents (built here as dicts, shaped like specs/*.toml and
+tests/test_spec_errors.py's VALID) and breaks them: keys deleted, added, renamed; values swapped for
+values of other types; expressions, layouts, dtypes, arch rules and import paths replaced by broken
+ones; the file's bytes corrupted. Whatever comes out, ``python -m harness validate FILE`` must exit 0
+(the mutation happened to be valid) or 2 with every stderr line ``"<file>: <key>: <message>"``, and
+never a traceback, a warning or anything else on stdout/stderr. Every property runs 500 derandomized
+examples, so CI sees the same inputs on every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import keyword
+import math
+import re
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import strategies as st
+
+from harness.arch import use_interpreter_if_no_gpu
+from harness.cli import main
+from harness.spec import load
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+use_interpreter_if_no_gpu()
+import tests.planted.broken_kernels  # noqa: E402,F401  imported once: an example only reads its spec
+
+FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.filter_too_much, HealthCheck.large_base_example])
+MOD = "tests.planted.broken_kernels"
+NAME = "scale"  # the file is always scale.toml, so kernel.name matches unless a mutation changes it
+
+
+def scale_doc() -> dict:
+    """tests/test_spec_errors.py's VALID."""
+    return {
+        "kernel": {"name": NAME, "summary": "out = x * w * 2", "reference": f"{MOD}:scale_ref",
+                   "dtypes": ["fp32", "fp16", "bf16"], "layouts": ["padded", "strided", "transposed"],
+                   "fallback": ["triton", "reference"]},
+        "backends": {"triton": {"impl": f"{MOD}:scale", "arch": ["cpu", ">=sm_80"], "requires": ["triton"]}},
+        "params": {},
+        "inputs": {"x": {"shape": ["rows", "cols"], "values": "normal"}, "w": {"shape": ["cols"]}},
+        "outputs": {"out": {"shape": ["rows", "cols"]}},
+        "tolerance": {"bf16": {"rtol": 1.6e-2}},
+        "cases": {"constraints": ["cols >= 0"],
+                  "edge": {"base": {"rows": 5, "cols": 33}, "vary": {"rows": [0, 1], "cols": [1, 83]}},
+                  "ci": [{"rows": 16, "cols": 128}]},
+        "roofline": {"bytes": "bytes_x + bytes_w + bytes_out", "flops": "2 * numel_x", "target": 0.5},
+    }
+
+
+def rich_doc() -> dict:
+    """Every section of the README's spec reference, as rmsnorm.toml and rope.toml use them."""
+    return {
+        "kernel": {"name": NAME, "summary": "every feature", "reference": f"{MOD}:scale_ref",
+                   "dtypes": ["fp32", "bf16"], "layouts": ["padded", "strided", "transposed"],
+                   "fallback": ["cuda", "triton", "reference"], "timeout": 60},
+        "backends": {
+            "triton": {"impl": f"{MOD}:scale", "arch": ["cpu", "sm_80..sm_90", "<sm_100"],
+                       "requires": ["triton"], "layouts": ["padded"]},
+            "cuda": {"impl": f"{MOD}:scale", "arch": [">=sm_80"], "requires": ["zz_fuzz_missing_ext"],
+                     "tools": ["nvcc"], "source": f"{MOD}:scale", "build": f"{MOD}:scale"},
+        },
+        "peers": {"liger": {"impl": "zz_fuzz_missing_peer:scale", "requires": ["zz_fuzz_missing_peer"]}},
+        "params": {"eps": {"value": 1e-6}, "half": {"expr": "cols // 2"}, "flag": {"value": True},
+                   "mode": {"value": "fast"}},
+        "inputs": {
+            "x": {"shape": ["rows", "cols"], "dtype": "case", "values": "uniform(-1, 1)", "inplace": False,
+                  "contiguous": False},
+            "idx": {"shape": ["rows"], "dtype": "int64", "values": "randint(0, max_pos)", "contiguous": True},
+            "w": {"shape": [1, "cols"], "values": "normal(0, 2)"},
+            "acc": {"shape": ["rows", "block"], "dtype": "fp32", "inplace": True},
+        },
+        "outputs": {"out": {"shape": ["rows", "cols"], "dtype": "case"}},
+        "tolerance": {"bf16": {"rtol": 2e-2, "atol": 1e-2, "reason": "fp32 accumulation, one rounding"},
+                      "fp32": {"rtol": 1e-6}},
+        "waive": {"determinism": "split-K reduction with atomics"},
+        "cases": {
+            "symbols": {"max_pos": 4096, "block": "min(cols, 64)", "neox": True},
+            "constraints": ["cols >= 0", "block <= max(cols, 1)", "not (rows < 0)"],
+            "edge": {"base": {"rows": 5, "cols": 33}, "vary": {"rows": [0, 1, 83], "cols": [1, 7, 769]},
+                     "extra": [{"rows": 3, "cols": 4097}, {"rows": 2, "cols": 7, "layout": "transposed"}]},
+            "ci": [{"rows": 16, "cols": 128}, {"rows": 3, "cols": 130, "layout": "padded"}],
+            "full": [{"rows": 8192, "cols": 4096}],
+            "huge": [{"rows": 524417, "cols": 4096}],
+            "bench": [{"rows": 16384, "cols": 4096, "headline": True}, {"rows": 64, "cols": 4096}],
+        },
+        "roofline": {"bytes": "2 * bytes_x + bytes_w", "flops": "4 * numel_x", "target": 0.8},
+    }
+
+
+BASES = {"scale": scale_doc, "rich": rich_doc}
+
+# ----------------------------------------------------------------------------- a tiny TOML writer
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_str(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(k: str) -> str:
+    return k if _BARE_KEY.fullmatch(k) else toml_str(k)
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return toml_str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
+    raise TypeError(type(v))
+
+
+def toml_dumps(doc: dict) -> str:
+    """Top-level tables as [headers], everything below them inline (TOML 1.0, what tomllib reads)."""
+    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{toml_key(k)}]")
+            lines += [f"{toml_key(k2)} = {toml_value(v2)}" for k2, v2 in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- running validate
+
+WHOLE_FILE = ("invalid TOML: ", "file not found", "cannot read")
+# Everything str.splitlines() splits on: a problem must not contain any of them.
+LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def validate(data: bytes) -> tuple[int, str, str, str, list]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{NAME}.toml"
+        path.write_bytes(data)
+        out, err = io.StringIO(), io.StringIO()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["validate", str(path)])
+            usable = _usable(path) if code == 0 else None
+        assert usable is None, usable
+        return code, out.getvalue(), err.getvalue(), str(path), [str(w.message) for w in caught]
+
+
+def _usable(path: Path) -> str | None:
+    """An accepted spec can be called as the README's calling convention says: keyword arguments."""
+    spec = load(path)
+    names = [t.name for t in spec.tensors] + list(spec.params)
+    bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
+    if bad:
+        return f"accepted argument names that are not Python identifiers: {bad}"
+    if len(set(names)) != len(names):
+        return f"accepted duplicate argument names: {names}"
+    return None
+
+
+def assert_one_line_problems(data: bytes) -> int:
+    code, out, err, path, caught = validate(data)
+    if currently_in_test_context():
+        event(f"exit {code}")
+    assert code in (0, 2), (code, out, err)
+    assert "Traceback" not in out + err, err
+    assert caught == [], caught
+    if code == 0:
+        assert err == "", err
+        assert out.startswith(f"{path}: ok (") and out.count("\n") == 1, out
+        return code
+    assert out == "", out
+    assert err.endswith("\n") and err.strip(), err
+    for line in err[:-1].split("\n"):
+        assert not LINE_BREAKS.search(line), repr(line)
+        assert line.startswith(f"{path}: "), line
+        rest = line[len(path) + 2:]
+        if rest.startswith(WHOLE_FILE):
+            continue
+        key, sep, message = rest.partition(": ")
+        assert sep and key.strip() and message.strip(), f"no key in {line!r}"
+    return code
+
+
+def test_base_documents_are_valid_and_round_trip():
+    for make in BASES.values():
+        doc = make()
+        text = toml_dumps(doc)
+        assert tomllib.loads(text) == doc
+        assert assert_one_line_problems(text.encode()) == 0
+
+
+# ----------------------------------------------------------------------------- document surgery
+
+def _walk(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield path + (k,), v
+            yield from _walk(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield path + (i,), v
+            yield from _walk(v, path + (i,))
+
+
+def _parent(doc, path):
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    return node
+
+
+def _tables(doc) -> list[tuple]:
+    return [()] + [p for p, v in _walk(doc) if isinstance(v, dict)]
+
+
+def _get(doc, path):
+    node = doc
+    for p in path:
+        node = node[p]
+    return node
+
+
+NEAR_MISS = ["sumary", "shapes", "Name", "impl_", "layout", "value", "exprs", "reasons", "bases", "varies",
+             "extras", "headlines", "symbol", "constraint", "bench2", "flop", "targets", "timeout", "dtype",
+             "values", "inplace", "contiguous", "source", "build", "tools", "x", "w", "out", "eps", "rows",
+             "cols", "reference", "class", "lambda", "1x", "a-b", "a b", "a.b", "", " ", "a\nb", "a\rb",
+             "a\u2028b", "ключ", "\U0001f680", "__proto__", "true", "-", '"', "\\", "\t", "x\x00"]
+KEYS = st.one_of(st.sampled_from(NEAR_MISS), st.text(max_size=12),
+                 st.from_regex(r"[a-z_][a-z0-9_]{0,9}", fullmatch=True))
+SCALARS = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["", " ", "\n", "\r\n", "é", "\U0001f680", "a\u2028b", "x\ry", "\t", "\x00", "\x7f", "\x85",
+                     "normal", "case", "fp32", "padded", "cpu", "contiguous", "true", "1e-2x", "x" * 5000]),
+    st.integers(),
+    st.integers(min_value=-2**63, max_value=2**63 - 1),
+    st.sampled_from([0, 1, -1, 2, 83, 2**31, 2**63 - 1, -2**63, 2**64, 10**100, -10**100, 10**4000]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 0.5, 1e-300, 1e308, 5e-324]),
+    st.booleans(),
+)
+VALUES = st.recursive(SCALARS, lambda s: st.one_of(st.lists(s, max_size=4), st.dictionaries(KEYS, s, max_size=3)),
+                      max_leaves=8)
+
+
+def mutate(data, doc: dict) -> None:
+    op = data.draw(st.sampled_from(["delete", "add", "retype", "rename", "empty"]))
+    paths = [p for p, _ in _walk(doc)]
+    if op == "delete" and paths:
+        path = data.draw(st.sampled_from(paths))
+        del _parent(doc, path)[path[-1]]
+    elif op == "add":
+        table = _get(doc, data.draw(st.sampled_from(_tables(doc))))
+        table[data.draw(KEYS)] = data.draw(VALUES)
+    elif op == "retype" and paths:
+        path = data.draw(st.sampled_from(paths))
+        _parent(doc, path)[path[-1]] = data.draw(VALUES)
+    elif op == "rename":
+        tables = [p for p in _tables(doc) if _get(doc, p)]
+        if tables:
+            table = _get(doc, data.draw(st.sampled_from(tables)))
+            old, new = data.draw(st.sampled_from(list(table))), data.draw(KEYS)
+            table[new] = table.pop(old)
+    elif op == "empty":
+        containers = [p for p, v in _walk(doc) if isinstance(v, (dict, list))]
+        if containers:
+            path = data.draw(st.sampled_from(containers))
+            _get(doc, path).clear()
+
+
+@FUZZ
+@given(data=st.data(), base=st.sampled_from(sorted(BASES)), n=st.integers(1, 3))
+def test_structural_mutations(data, base, n):
+    """Keys deleted, added (random names), renamed; values of other types; tables and lists emptied."""
+    doc = BASES[base]()
+    for _ in range(n):
+        mutate(data, doc)
+    assert_one_line_problems(toml_dumps(doc).encode())
+
+
+# ----------------------------------------------------------------------------- broken expressions
+
+NASTY_EXPRESSIONS = [
+    "__import__('os')", "__import__('os').system('true')", "rows.__class__", "rows.real", "(lambda: 1)()",
+    "lambda x: x", "[1, 2]", "{}", "rows[0]", "'abc'", "b'x'", "f'{rows}'", "rows if cols else", "(rows", "rows)",
+    "((((rows)))", "1 +", "* 2", "", " ", "\n", "rows\n+ cols", "1 / 0", "rows // 0", "cols % 0", "0 ** -1", "-rows",
+    "-1", "rows - 1000", "-2**40", "2 ** 64", "9 ** 9 ** 9", "10 ** 10 ** 10", "2 ** 10 ** 9 > 1", "2.0 ** 10000",
+    "1e308 * 10", "ceil(1e308 * 10)", "ceil(1e308 * 10) > 0", "floor(-1e308 * 10)", "ceil(nan)", "log2(0)",
+    "log2(-1)", "sqrt(-1)", "sqrt(10 ** 400)", "(-8) ** 0.5", "(-1) ** 0.5 < 1", "(-8) ** 0.5 // 1",
+    "10 ** 400 / 3", "10 ** 400 * 1.5", "10 ** 400 // 1.5", "min()", "max(rows)", "min(rows, cols, key=abs)",
+    "open('x')", "exec('1')", "eval('1')", "globals()", "rows.__dict__", "().__class__.__bases__[0].__subclasses__()",
+    "[x for x in ()]", "{x: 1 for x in ()}", "(x := 1)", "rows @ cols", "rows << 2", "~rows", "rows is cols",
+    "rows in cols", "*rows", "yield 1", "await rows", "1 if rows else 'x'", "'a' * 10", "rows.bit_length()",
+    "\x00", "rows\x00", "\\", "'\\d'", "1 is 1", "rows\u2028+ 1", "rows\r+1", "nan", "inf", "-inf", "None", "...",
+    "True", "true", "normal(", "normal(0)", "normal(0, 1, 2)", "uniform(1)", "randint(0, rows)", "normal(rows=1)",
+    "gaussian(0, 1)", "normal(*rows)", "normal(0, 1)(2)", "normal(0, 'a')", "uniform(0, 1 / 0)", "normal.x",
+    "undefined_symbol", "rows +" * 3000 + " 1", "+".join(["rows"] * 5000), "(" * 300 + "rows" + ")" * 300,
+    "-" * 5000 + "1", "not " * 2000 + "rows", "1 + " * 900 + "1", "(" * 150 + "1" + ")" * 150,
+    "-(" * 90 + "1" + ")" * 90, "rows " * 100, "min(" * 60 + "1" + ")" * 60, "1 < " * 5000 + "2",
+    "rows * " * 200 + "10 ** 300", "(10 ** 300) * (10 ** 300) * (10 ** 300) * (10 ** 300) * (10 ** 300)",
+    "-(10 ** 300) * (10 ** 300) * (10 ** 300) * (10 ** 300) * (10 ** 300)",
+]
+_ATOMS = st.one_of(
+    st.sampled_from(["rows", "cols", "block", "max_pos", "neox", "zz", "nan", "inf", "True", "None", "x", "numel_x"]),
+    st.integers(-10**30, 10**30).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["0", "1", "-1", "0.5", "1e308", "2**64", "'s'"]),
+)
+_BINOPS = ["+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!=", "and", "or", "&", "|", "^",
+           "<<", "@", "is", "in"]
+_FUNCS = ["min", "max", "ceil", "floor", "log2", "abs", "sqrt", "normal", "uniform", "randint", "open", "int"]
+GRAMMAR = st.recursive(_ATOMS, lambda s: st.one_of(
+    st.tuples(s, st.sampled_from(_BINOPS), s).map(" ".join),
+    st.tuples(st.sampled_from(["-", "+", "not ", "~"]), s).map("".join),
+    s.map(lambda e: f"({e})"),
+    st.tuples(st.sampled_from(_FUNCS), st.lists(s, max_size=3)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+    st.tuples(s, s, s).map(lambda t: f"{t[0]} if {t[1]} else {t[2]}"),
+    st.tuples(s, st.sampled_from([".real", ".__class__", "[0]", "(1)", "()"])).map("".join),
+), max_leaves=12)
+
+
+@st.composite
+def unbalanced(draw):
+    text = draw(GRAMMAR)
+    i = draw(st.integers(0, len(text)))
+    return text[:i] + draw(st.sampled_from(["(", ")", "[", "'", ",", " ** ", "lambda: "])) + text[i:]
+
+
+EXPRESSIONS = st.one_of(st.sampled_from(NASTY_EXPRESSIONS), GRAMMAR, unbalanced(), st.text(max_size=30))
+
+
+def _expression_slots(doc) -> list[tuple]:
+    """Where a spec holds an expression: shapes, values, params.*.expr, symbols, constraints, roofline."""
+    slots = []
+    for p, v in _walk(doc):
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            continue
+        head = p[:1]
+        if (head in (("inputs",), ("outputs",)) and "shape" in p or p[-1] == "values"
+                or head == ("params",) and p[-1] in ("expr", "value") or p[:2] == ("cases", "symbols")
+                or p[:2] == ("cases", "constraints") or head == ("roofline",)):
+            slots.append(p)
+    return slots
+
+
+@FUZZ
+@given(data=st.data(), base=st.sampled_from(sorted(BASES)), n=st.integers(1, 2))
+def test_broken_expressions(data, base, n):
+    """Random text, operators, unbalanced parentheses, imports, attributes, lambdas, huge/deep/zero-division."""
+    doc = BASES[base]()
+    for _ in range(n):
+        path = data.draw(st.sampled_from(_expression_slots(doc)))
+        _parent(doc, path)[path[-1]] = data.draw(EXPRESSIONS)
+    assert_one_line_problems(toml_dumps(doc).encode())
+
+
+# ----------------------------------------------------------------------------- vocabulary: names from a closed set
+
+VOCABULARY = {
+    "dtype": ["fp32", "fp16", "bf16", "fp64", "int64", "int8", "uint8", "bool", "case", "fp61", "FP32", "float32",
+              "bfloat16", " fp32", "fp32 ", "", "Case", "int", "complex64"],
+    "layout": ["padded", "strided", "transposed", "contiguous", "paded", "Padded", "", "diagonal", " padded"],
+    "arch": ["cpu", "sm_80", ">=sm_80", "<sm_100", "sm_80..sm_90", ">= sm_90", ">=sm80", "sm_", "sm_x", "gpu",
+             "sm_90..cpu", "cpu..sm_90", "==sm_90", "!sm_90", ">=cpu", "sm_\u0669\u0660", "", " ", "sm_" + "9" * 500,
+             ">>sm_80", "sm_80..", "..sm_90"],
+    "import": [f"{MOD}:scale", f"{MOD}:scale_ref", f"{MOD}:nope", f"{MOD}:", f":{MOD}", f"{MOD}:scale:x",
+               f"{MOD}:scale.__call__", f"{MOD}:scale..x", f"{MOD}:torch", f"{MOD}:_launch", f"{MOD}:__doc__",
+               f"{MOD}.zz_missing:scale", "zz_fuzz_missing:scale", "tests.planted:broken_kernels", "math:pi",
+               "os:sep", "os.path:join", ".relative:scale", "..up:scale", "tests..planted:scale", "zz\x00:scale",
+               "zz fuzz:scale", "zz/fuzz:scale", "zz-fuzz:scale", "\u00e9t\u00e9:scale", "scale", "", ":", "::",
+               " : ", f" {MOD}:scale", f"{MOD}:scale ", "1zz:scale", "zz\n:scale"],
+    "requires": ["triton", "torch", "zz_fuzz_missing", "", ".", "..", ".zz", "zz.", "zz..zz", "\x00", "a\x00b",
+                 "os.path.zz_missing", f"{MOD}.zz", "tests.planted.zz", " ", "zz fuzz", "\u00e9t\u00e9"],
+    "values": ["normal", "normal(0, 1)", "uniform(-1, 1)", "randint(0, 100)", "randint(0, max_pos)",
+               "uniform(1)", "gaussian", "normal()", "randint(0)", "normal(0, 1, 2)", "Normal"],
+    "backend": ["triton", "cuda", "reference", "triton ", "Triton", "", "zz"],
+    "check": ["determinism", "layout", "inputs", "nan_inf", "speed", "poison", "", "Determinism"],
+}
+
+
+def _vocab_slots(doc) -> list[tuple[tuple, str]]:
+    slots = []
+    for p, v in _walk(doc):
+        last = p[-1]
+        container = p[-2] if len(p) > 1 else None
+        if last == "dtype" or container == "dtypes":
+            slots.append((p, "dtype"))
+        elif last == "layout" or container == "layouts":
+            slots.append((p, "layout"))
+        elif container == "arch":
+            slots.append((p, "arch"))
+        elif last in ("impl", "reference", "source", "build"):
+            slots.append((p, "import"))
+        elif container in ("requires", "tools"):
+            slots.append((p, "requires"))
+        elif last == "values" and isinstance(v, str):
+            slots.append((p, "values"))
+        elif container == "fallback":
+            slots.append((p, "backend"))
+        elif p[:1] == ("waive",) and len(p) == 2:
+            slots.append((p, "check"))
+    return slots
+
+
+@FUZZ
+@given(data=st.data(), base=st.sampled_from(sorted(BASES)), n=st.integers(1, 3))
+def test_random_vocabulary(data, base, n):
+    """Layouts, dtypes, arch rules, import paths, required modules, distributions, backend and check names."""
+    doc = BASES[base]()
+    for _ in range(n):
+        path, kind = data.draw(st.sampled_from(_vocab_slots(doc)))
+        word = data.draw(st.one_of(st.sampled_from(VOCABULARY[kind]), st.text(max_size=12)))
+        if kind == "check":  # a waiver's name is its key
+            table = _parent(doc, path)
+            table[word] = table.pop(path[-1])
+        else:
+            _parent(doc, path)[path[-1]] = word
+    assert_one_line_problems(toml_dumps(doc).encode())
+
+
+# ----------------------------------------------------------------------------- bytes: invalid TOML, invalid UTF-8
+
+BYTE_SNIPPETS = [b"[", b"]", b"[[", b"]]", b"=", b'"', b"'''", b"\n", b"\r", b"\r\n", b"\xff", b"\xc3", b"\xe2\x80",
+                 b"\x00", b"\xef\xbb\xbf", b"nan", b"inf", b"{", b"}", b",", b"#", b"\\", b"x = 1\n", b"[kernel]\n",
+                 b"rows = " + b"9" * 5000 + b"\n", b"a = " + b"[" * 5000 + b"\n", b"a = " + b"{b=" * 3000 + b"\n",
+                 b"\n[[cases.ci]]\nrows = 1\ncols = 2\n", b"\n[cases]\n", b"\ncols = 99999999999999999999999\n"]
+
+
+@st.composite
+def corrupted(draw) -> bytes:
+    text = bytearray(toml_dumps(BASES[draw(st.sampled_from(sorted(BASES)))]()).encode())
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        op = draw(st.sampled_from(["insert", "delete", "truncate", "duplicate", "replace"]))
+        if op == "insert":
+            text[i:i] = draw(st.one_of(st.sampled_from(BYTE_SNIPPETS), st.binary(min_size=1, max_size=8)))
+        elif op == "delete":
+            del text[i:i + draw(st.integers(1, 40))]
+        elif op == "truncate":
+            del text[i:]
+        elif op == "duplicate":
+            start = text.rfind(b"\n", 0, i) + 1
+            end = text.find(b"\n", i)
+            line = text[start:end + 1 if end >= 0 else len(text)]
+            text[start:start] = line
+        else:
+            text[i:i + 1] = draw(st.sampled_from(BYTE_SNIPPETS))
+    return bytes(text)
+
+
+WHOLE_FILES = st.one_of(
+    st.binary(max_size=300),
+    corrupted(),
+    st.sampled_from([b"", b"\n", b"# only a comment\n", b"\xef\xbb\xbf" + toml_dumps(scale_doc()).encode(),
+                     toml_dumps(scale_doc()).encode("utf-16"), toml_dumps(scale_doc()).replace("\n", "\r\n").encode(),
+                     toml_dumps(scale_doc()).encode() + b"\xff\xfe", b"\x00" * 64, b"kernel = 1\n", b"[kernel]\n",
+                     b"[kernel]\nname = \"scale\"\n[inputs]\n[cases]\n"]),
+    st.text(max_size=200).map(lambda s: s.encode("utf-8", "surrogatepass")),
+)
+
+
+@FUZZ
+@given(data=WHOLE_FILES)
+def test_corrupted_files(data):
+    """Random bytes, valid TOML cut and spliced, invalid UTF-8, huge integers, deep nesting."""
+    assert_one_line_problems(data)
+
+
+def test_directory_and_missing_file(capsys, tmp_path):
+    code = main(["validate", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"{tmp_path}: ") and err.count("\n") == 1 and "Traceback" not in err
+    code = main(["validate", str(tmp_path / "nope.toml")])
+    assert code == 2 and capsys.readouterr().err == f"{tmp_path / 'nope.toml'}: file not found\n"
+
+
+@pytest.mark.parametrize("expression", NASTY_EXPRESSIONS, ids=[f"e{i}" for i in range(len(NASTY_EXPRESSIONS))])
+def test_nasty_expression_in_a_shape_is_one_line(expression):
+    """Each listed expression on its own, so a failure here names the input directly."""
+    doc = scale_doc()
+    doc["inputs"]["w"]["shape"] = [expression]
+    assert_one_line_problems(toml_dumps(doc).encode())
+
+
+# ----------------------------------------------------------------------------- what the properties found
+
+def _set(path, value):
+    def apply(doc):
+        node = doc
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = value
+    return apply
+
+
+def _rename(table, old, new):
+    def apply(doc):
+        doc[table][new] = doc[table].pop(old)
+    return apply
+
+
+# (change to scale_doc, exit code, a fragment of an expected line or None)
+REGRESSIONS = [
+    (_set(("cases", "edge", "vary", "cols"), [1, 83, math.inf]), 2, "cases.edge (rows=5,cols=inf): w dimension"),
+    (_set(("inputs", "w", "shape"), ["cols * 9 ** 9 ** 9"]), 2, "an integer larger than 2**4096"),  # hung
+    (_set(("inputs", "w", "shape"), ["ceil(cols * 1e308 * 10)"]), 2, "ceil(): cannot convert float infinity"),
+    (_set(("inputs", "w", "shape"), ["-" * 5000 + "cols"]), 2, "inputs.w.shape[0]: bad expression"),
+    (_set(("inputs", "w", "shape"), ["cols\x00"]), 2, "inputs.w.shape[0]: bad expression: cannot parse"),
+    (_set(("inputs", "w", "shape"), ["(-8) ** 0.5 + cols"]), 2, "the result is not a real number"),
+    (_set(("tolerance", "bf16", "rtol"), 10**400), 2, "tolerance.bf16.rtol: expected a number, got 1000"),
+    (_set(("tolerance", "bf16", "rtol"), math.nan), 2, "tolerance.bf16.rtol: must be a finite number >= 0, got nan"),
+    (_set(("tolerance", "bf16", "atol"), math.inf), 2, "tolerance.bf16.atol: must be a finite number >= 0, got inf"),
+    (_set(("kernel", "timeout"), -1), 2, "kernel.timeout: must be a positive number of seconds, got -1.0"),
+    (_set(("kernel", "summary"), {"a\nb": 1}), 2, 'kernel.summary: expected a string, got a table'),
+    (_set(("kernel", "a\u2028b"), 1), 2, 'kernel."a\\u2028b": unknown key'),
+    (_set((" ",), 1), 2, '" ": unknown key'),
+    (_set(("",), 1), 2, '"": unknown key'),
+    (_set(("waive", "determinism"), "a\nb"), 0, None),
+    (_set(("params", "mode"), {"value": "fast"}), 0, None),  # a string param: used to fail once per case
+    (_set(("params", "limit"), {"value": math.inf}), 0, None),  # used to be "undefined symbol 'inf'"
+    (_set(("outputs", "out", "dtype"), "int64"), 0, None),  # used to ask for values, which outputs cannot take
+    (_rename("inputs", "w", "w w"), 2, "inputs.w w: not a Python identifier"),
+    (_rename("outputs", "out", "x"), 2, "outputs.x: inputs.x has the same name"),
+    (_set(("params", "class"), {"value": 1}), 2, "params.class: not a Python identifier"),
+]
+
+
+@pytest.mark.parametrize("change, code, fragment", REGRESSIONS, ids=[f"r{i}" for i in range(len(REGRESSIONS))])
+def test_found_by_the_properties(change, code, fragment):
+    doc = scale_doc()
+    doc["roofline"]["bytes"] = "bytes_x"  # renaming w or out must not break the roofline first
+    change(doc)
+    assert assert_one_line_problems(toml_dumps(doc).encode()) == code
+    if fragment is not None:
+        assert fragment in validate(toml_dumps(doc).encode())[2]
+
+
+def test_huge_integer_literal_is_invalid_toml():
+    text = toml_dumps(scale_doc()).replace("rows = 16", "rows = " + "9" * 5000)
+    code, _, err, path, _ = validate(text.encode())
+    assert code == 2 and err.startswith(f"{path}: invalid TOML: Exceeds the limit") and err.count("\n") == 1
+
+
+def test_param_values_evaluate_to_themselves(tmp_path):
+    doc = scale_doc()
+    doc["params"] = {"mode": {"value": "fast"}, "limit": {"value": math.inf}, "eps": {"value": 1e-6}}
+    path = tmp_path / f"{NAME}.toml"
+    path.write_text(toml_dumps(doc))
+    spec = load(path)
+    assert {n: p({}) for n, p in spec.params.items()} == {"mode": "fast", "limit": math.inf, "eps": 1e-6}
