@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from harness.cli import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
@@ -78,7 +79,7 @@ def cmd_bench(args) -> int:
     header = {"environment": environment, "ceilings": dataclasses.asdict(ceilings),
               "arch_matrix": [dataclasses.asdict(r) for r in arch_rows],
               "waivers": [dataclasses.asdict(w) for w in waivers]}
-    atomic_write_text(out / "run.json", json.dumps(header, indent=1, default=str) + "\n")
+    atomic_write_text(out / "run.json", json.dumps(_finite(header), indent=1, default=str, allow_nan=False) + "\n")
     progress = bench.Progress(len(jobs))
     cases = [done.get((job.spec.name, job.provider.name, job.dtype, job.case.id)) for job in jobs]
     for job, result in zip(jobs, cases, strict=True):
@@ -143,6 +144,17 @@ def cmd_export(args) -> int:
     _folder_for_output(out.parent, out)
     print(f"wrote {write_pytest_benchmark(results, out)}")
     return EXIT_OK
+
+
+def _finite(value):
+    """NaN and infinities as None, so the header stays standard JSON that the report can read back."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _folder_for_output(folder: Path, out: Path) -> None:
