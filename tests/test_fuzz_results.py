@@ -32,6 +32,8 @@ from hypothesis import strategies as st
 from harness.cli import main
 from harness.report import render
 from harness.results import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
+from tests.fuzz_docs import get, walk
+from tests.fuzz_docs import tables as table_paths
 
 FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -216,25 +218,13 @@ def test_base_documents_render_and_export():
 
 # ----------------------------------------------------------------------------- document surgery
 
-def _walk(node, path=()):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield path + (k,), v
-            yield from _walk(v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield path + (i,), v
-            yield from _walk(v, path + (i,))
 
 
-def _get(doc, path):
-    for p in path:
-        doc = doc[p]
-    return doc
 
 
-def _tables(doc) -> list[tuple]:
-    return [()] + [p for p, v in _walk(doc) if isinstance(v, dict)]
+
+
+
 
 
 NEAR_MISS = ["schema_version", "schema", "case", "cases", "kernel", "median", "median_us", "stats", "status", "n",
@@ -280,40 +270,40 @@ EXTREME_TEXT = st.one_of(st.sampled_from(["", " ", "\n", "a\u2028b", "\r\n", "$x
 def mutate(data, doc) -> None:
     op = data.draw(st.sampled_from(["delete", "add", "retype", "retype", "rename", "empty", "duplicate", "extreme",
                                     "extreme"]))
-    paths = [p for p, _ in _walk(doc)]
+    paths = [p for p, _ in walk(doc)]
     if op == "delete" and paths:
         path = data.draw(st.sampled_from(paths))
-        del _get(doc, path[:-1])[path[-1]]
+        del get(doc, path[:-1])[path[-1]]
     elif op == "add":
-        _get(doc, data.draw(st.sampled_from(_tables(doc))))[data.draw(KEYS)] = data.draw(SPECIAL)
+        get(doc, data.draw(st.sampled_from(table_paths(doc))))[data.draw(KEYS)] = data.draw(SPECIAL)
     elif op == "retype" and paths:
         path = data.draw(st.sampled_from(paths))
-        _get(doc, path[:-1])[path[-1]] = data.draw(SPECIAL)
+        get(doc, path[:-1])[path[-1]] = data.draw(SPECIAL)
     elif op == "rename":
-        tables = [p for p in _tables(doc) if _get(doc, p)]
+        tables = [p for p in table_paths(doc) if get(doc, p)]
         if tables:
-            table = _get(doc, data.draw(st.sampled_from(tables)))
+            table = get(doc, data.draw(st.sampled_from(tables)))
             old, new = data.draw(st.sampled_from(list(table))), data.draw(KEYS)
             table[new] = table.pop(old)
     elif op == "empty":
-        containers = [p for p, v in _walk(doc) if isinstance(v, (dict, list))]
+        containers = [p for p, v in walk(doc) if isinstance(v, (dict, list))]
         if containers:
-            _get(doc, data.draw(st.sampled_from(containers))).clear()
+            get(doc, data.draw(st.sampled_from(containers))).clear()
     elif op == "duplicate":
-        lists = [p for p, v in _walk(doc) if isinstance(v, list) and v]
+        lists = [p for p, v in walk(doc) if isinstance(v, list) and v]
         if lists:
-            items = _get(doc, data.draw(st.sampled_from(lists)))
+            items = get(doc, data.draw(st.sampled_from(lists)))
             items.append(copy.deepcopy(items[data.draw(st.integers(0, len(items) - 1))]))
     elif op == "extreme":  # a number or string leaf, or a sample list, given a valid but extreme value
-        leaves = [p for p, v in _walk(doc) if isinstance(v, (int, float, str)) and not isinstance(v, bool)
+        leaves = [p for p, v in walk(doc) if isinstance(v, (int, float, str)) and not isinstance(v, bool)
                   or p[-1] in ("samples_us", "dropped_us", "warm_us")]
         if leaves:
             path = data.draw(st.sampled_from(leaves))
-            old = _get(doc, path)
+            old = get(doc, path)
             new = (data.draw(EXTREME_TEXT) if isinstance(old, str) else
                    data.draw(st.lists(EXTREME_NUMBERS, max_size=5)) if isinstance(old, list) else
                    data.draw(EXTREME_NUMBERS))
-            _get(doc, path[:-1])[path[-1]] = new
+            get(doc, path[:-1])[path[-1]] = new
 
 
 def _dumps(doc) -> bytes:
@@ -467,7 +457,7 @@ def test_torn_last_line_is_skipped_and_torn_middle_line_is_an_error(tmp_path):
 
 def _set(path, value):
     def apply(doc):
-        _get(doc, path[:-1])[path[-1]] = value
+        get(doc, path[:-1])[path[-1]] = value
     return apply
 
 

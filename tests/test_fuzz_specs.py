@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 from harness.arch import use_interpreter_if_no_gpu
 from harness.cli import main
 from harness.spec import load
+from tests.fuzz_docs import get, parent, walk
+from tests.fuzz_docs import tables as table_paths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -220,33 +222,16 @@ def test_base_documents_are_valid_and_round_trip():
 
 # ----------------------------------------------------------------------------- document surgery
 
-def _walk(node, path=()):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield path + (k,), v
-            yield from _walk(v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield path + (i,), v
-            yield from _walk(v, path + (i,))
 
 
-def _parent(doc, path):
-    node = doc
-    for p in path[:-1]:
-        node = node[p]
-    return node
 
 
-def _tables(doc) -> list[tuple]:
-    return [()] + [p for p, v in _walk(doc) if isinstance(v, dict)]
 
 
-def _get(doc, path):
-    node = doc
-    for p in path:
-        node = node[p]
-    return node
+
+
+
+
 
 
 NEAR_MISS = ["sumary", "shapes", "Name", "impl_", "layout", "value", "exprs", "reasons", "bases", "varies",
@@ -273,27 +258,27 @@ VALUES = st.recursive(SCALARS, lambda s: st.one_of(st.lists(s, max_size=4), st.d
 
 def mutate(data, doc: dict) -> None:
     op = data.draw(st.sampled_from(["delete", "add", "retype", "rename", "empty"]))
-    paths = [p for p, _ in _walk(doc)]
+    paths = [p for p, _ in walk(doc)]
     if op == "delete" and paths:
         path = data.draw(st.sampled_from(paths))
-        del _parent(doc, path)[path[-1]]
+        del parent(doc, path)[path[-1]]
     elif op == "add":
-        table = _get(doc, data.draw(st.sampled_from(_tables(doc))))
+        table = get(doc, data.draw(st.sampled_from(table_paths(doc))))
         table[data.draw(KEYS)] = data.draw(VALUES)
     elif op == "retype" and paths:
         path = data.draw(st.sampled_from(paths))
-        _parent(doc, path)[path[-1]] = data.draw(VALUES)
+        parent(doc, path)[path[-1]] = data.draw(VALUES)
     elif op == "rename":
-        tables = [p for p in _tables(doc) if _get(doc, p)]
+        tables = [p for p in table_paths(doc) if get(doc, p)]
         if tables:
-            table = _get(doc, data.draw(st.sampled_from(tables)))
+            table = get(doc, data.draw(st.sampled_from(tables)))
             old, new = data.draw(st.sampled_from(list(table))), data.draw(KEYS)
             table[new] = table.pop(old)
     elif op == "empty":
-        containers = [p for p, v in _walk(doc) if isinstance(v, (dict, list))]
+        containers = [p for p, v in walk(doc) if isinstance(v, (dict, list))]
         if containers:
             path = data.draw(st.sampled_from(containers))
-            _get(doc, path).clear()
+            get(doc, path).clear()
 
 
 @FUZZ
@@ -360,7 +345,7 @@ EXPRESSIONS = st.one_of(st.sampled_from(NASTY_EXPRESSIONS), GRAMMAR, unbalanced(
 def _expression_slots(doc) -> list[tuple]:
     """Where a spec holds an expression: shapes, values, params.*.expr, symbols, constraints, roofline."""
     slots = []
-    for p, v in _walk(doc):
+    for p, v in walk(doc):
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
             continue
         head = p[:1]
@@ -378,7 +363,7 @@ def test_broken_expressions(data, base, n):
     doc = BASES[base]()
     for _ in range(n):
         path = data.draw(st.sampled_from(_expression_slots(doc)))
-        _parent(doc, path)[path[-1]] = data.draw(EXPRESSIONS)
+        parent(doc, path)[path[-1]] = data.draw(EXPRESSIONS)
     assert_one_line_problems(toml_dumps(doc).encode())
 
 
@@ -408,7 +393,7 @@ VOCABULARY = {
 
 def _vocab_slots(doc) -> list[tuple[tuple, str]]:
     slots = []
-    for p, v in _walk(doc):
+    for p, v in walk(doc):
         last = p[-1]
         container = p[-2] if len(p) > 1 else None
         if last == "dtype" or container == "dtypes":
@@ -439,10 +424,10 @@ def test_random_vocabulary(data, base, n):
         path, kind = data.draw(st.sampled_from(_vocab_slots(doc)))
         word = data.draw(st.one_of(st.sampled_from(VOCABULARY[kind]), st.text(max_size=12)))
         if kind == "check":  # a waiver's name is its key
-            table = _parent(doc, path)
+            table = parent(doc, path)
             table[word] = table.pop(path[-1])
         else:
-            _parent(doc, path)[path[-1]] = word
+            parent(doc, path)[path[-1]] = word
     assert_one_line_problems(toml_dumps(doc).encode())
 
 
