@@ -22,6 +22,11 @@ case "$what" in
     timeout 230 python3 -m harness sanitize --tool memcheck --timeout 44 2>&1 | tee "$OUT/sanitize.log"
     timeout 50 python3 -m harness sanitize --kernel softmax --tool racecheck --timeout 45 2>&1 | tee -a "$OUT/sanitize.log"
     ;;
+  racecheck)
+    # The kernels that use shared memory (reductions across warps; the CUDA backend's block reduction).
+    timeout 400 python3 -m harness sanitize --tool racecheck --kernel rmsnorm,fused_add_rmsnorm,softmax \
+      --timeout 120 2>&1 | tee "$OUT/racecheck.log"
+    ;;
   timing)
     timeout 300 python3 bench/gpu_timing_check.py --out "$OUT/gpu_timing_check.json" "$@" 2>&1 | tee "$OUT/timing.log"
     ;;
