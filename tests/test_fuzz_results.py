@@ -32,8 +32,7 @@ from hypothesis import strategies as st
 from harness.cli import main
 from harness.report import render
 from harness.results import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
-from tests.fuzz_docs import get, walk
-from tests.fuzz_docs import tables as table_paths
+from tests.fuzz_docs import get, structural_mutation, walk
 
 FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -270,26 +269,9 @@ EXTREME_TEXT = st.one_of(st.sampled_from(["", " ", "\n", "a\u2028b", "\r\n", "$x
 def mutate(data, doc) -> None:
     op = data.draw(st.sampled_from(["delete", "add", "retype", "retype", "rename", "empty", "duplicate", "extreme",
                                     "extreme"]))
-    paths = [p for p, _ in walk(doc)]
-    if op == "delete" and paths:
-        path = data.draw(st.sampled_from(paths))
-        del get(doc, path[:-1])[path[-1]]
-    elif op == "add":
-        get(doc, data.draw(st.sampled_from(table_paths(doc))))[data.draw(KEYS)] = data.draw(SPECIAL)
-    elif op == "retype" and paths:
-        path = data.draw(st.sampled_from(paths))
-        get(doc, path[:-1])[path[-1]] = data.draw(SPECIAL)
-    elif op == "rename":
-        tables = [p for p in table_paths(doc) if get(doc, p)]
-        if tables:
-            table = get(doc, data.draw(st.sampled_from(tables)))
-            old, new = data.draw(st.sampled_from(list(table))), data.draw(KEYS)
-            table[new] = table.pop(old)
-    elif op == "empty":
-        containers = [p for p, v in walk(doc) if isinstance(v, (dict, list))]
-        if containers:
-            get(doc, data.draw(st.sampled_from(containers))).clear()
-    elif op == "duplicate":
+    if structural_mutation(data, doc, op, KEYS, SPECIAL):
+        return
+    if op == "duplicate":
         lists = [p for p, v in walk(doc) if isinstance(v, list) and v]
         if lists:
             items = get(doc, data.draw(st.sampled_from(lists)))

@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 from harness.arch import use_interpreter_if_no_gpu
 from harness.cli import main
 from harness.spec import load
-from tests.fuzz_docs import get, parent, walk
-from tests.fuzz_docs import tables as table_paths
+from tests.fuzz_docs import parent, structural_mutation, walk
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -258,27 +257,7 @@ VALUES = st.recursive(SCALARS, lambda s: st.one_of(st.lists(s, max_size=4), st.d
 
 def mutate(data, doc: dict) -> None:
     op = data.draw(st.sampled_from(["delete", "add", "retype", "rename", "empty"]))
-    paths = [p for p, _ in walk(doc)]
-    if op == "delete" and paths:
-        path = data.draw(st.sampled_from(paths))
-        del parent(doc, path)[path[-1]]
-    elif op == "add":
-        table = get(doc, data.draw(st.sampled_from(table_paths(doc))))
-        table[data.draw(KEYS)] = data.draw(VALUES)
-    elif op == "retype" and paths:
-        path = data.draw(st.sampled_from(paths))
-        parent(doc, path)[path[-1]] = data.draw(VALUES)
-    elif op == "rename":
-        tables = [p for p in table_paths(doc) if get(doc, p)]
-        if tables:
-            table = get(doc, data.draw(st.sampled_from(tables)))
-            old, new = data.draw(st.sampled_from(list(table))), data.draw(KEYS)
-            table[new] = table.pop(old)
-    elif op == "empty":
-        containers = [p for p, v in walk(doc) if isinstance(v, (dict, list))]
-        if containers:
-            path = data.draw(st.sampled_from(containers))
-            get(doc, path).clear()
+    structural_mutation(data, doc, op, KEYS, VALUES)
 
 
 @FUZZ
