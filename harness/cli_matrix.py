@@ -4,6 +4,7 @@ backend ahead of time for each target architecture, and read the resources from 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from harness.cli import EXIT_FAILED, EXIT_OK, command, load_specs, options, spec_paths
@@ -99,7 +100,7 @@ def cmd_matrix(args) -> int:
             print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(archs)} archs",
                   file=sys.stderr, flush=True)
             table = table_rows(compile_all(records, archs))
-            rows += [dataclass_replace(r, kernel=f"{spec.name}:{r.kernel}") for r in table]
+            rows += [dataclasses.replace(r, kernel=f"{spec.name}:{r.kernel}") for r in table]
             problems += [f"{r.kernel} [{r.config}] {r.arch}: {r.status}" for r in table if r.status != "ok"]
     if rows:
         print(render_table(rows))
@@ -107,9 +108,3 @@ def cmd_matrix(args) -> int:
         print(f"PROBLEM: {p}")
     print(f"matrix: {len(rows)} compiled kernel configs x archs, {len(problems)} problem(s)")
     return EXIT_FAILED if problems else EXIT_OK
-
-
-def dataclass_replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
