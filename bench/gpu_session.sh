@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: install, validate, run the generated tests (all tiers) and the timing check.
-# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh tests|timing|bench [extra args]
+# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh tests|final|sanitize|timing|bench [extra args]
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -15,17 +15,18 @@ case "$what" in
       | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -60
     ;;
   final)
-    # Generated tests, all tiers (isolated workers on a GPU), then every kernel under compute-sanitizer.
-    timeout 200 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py --tier full -q -rfE \
-      -p no:cacheprovider "$@" 2>&1 \
+    # Generated tests, all tiers (isolated workers on a GPU), the planted faults and the sanitizer tests.
+    timeout 300 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py tests/test_sanitize.py \
+      --tier full -q -rfEs -p no:cacheprovider "$@" 2>&1 \
       | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -25
-    timeout 230 python3 -m harness sanitize --tool memcheck --timeout 44 2>&1 | tee "$OUT/sanitize.log"
-    timeout 50 python3 -m harness sanitize --kernel softmax --tool racecheck --timeout 45 2>&1 | tee -a "$OUT/sanitize.log"
     ;;
-  racecheck)
-    # The kernels that use shared memory (reductions across warps; the CUDA backend's block reduction).
-    timeout 400 python3 -m harness sanitize --tool racecheck --kernel rmsnorm,fused_add_rmsnorm,softmax \
-      --timeout 120 2>&1 | tee "$OUT/racecheck.log"
+  sanitize)
+    # The planted overread / race must be found (and the good kernel not), then every kernel under memcheck
+    # and racecheck; full sanitizer output per kernel and tool in sanitizer-logs.tar.gz.
+    timeout 200 python3 -m pytest tests/test_sanitize.py -q -rs -s -p no:cacheprovider 2>&1 | tee "$OUT/test_sanitize.log" | tail -30
+    timeout 330 python3 -m harness sanitize --tool memcheck,racecheck --timeout 120 --log-dir "$OUT/sanitizer-logs" \
+      "$@" 2>&1 | tee "$OUT/sanitize.log"
+    tar -C "$OUT" -czf "$OUT/sanitizer-logs.tar.gz" sanitizer-logs && rm -rf "$OUT/sanitizer-logs"
     ;;
   timing)
     timeout 300 python3 bench/gpu_timing_check.py --out "$OUT/gpu_timing_check.json" "$@" 2>&1 | tee "$OUT/timing.log"

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +19,8 @@ import torch
 from harness import spec as spec_mod
 from harness.workers import Task, WorkerPool
 from tests.planted.faulty_kernels import RAISE_MESSAGE
+from tests.spec_files import REPO, write_spec
 
-REPO = Path(__file__).resolve().parents[1]
-TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
 TASKS = "tests.planted.pool_tasks:"
 FAULTY = "tests.planted.faulty_kernels:"
 GOOD = "tests.planted.broken_kernels:scale"
@@ -85,20 +83,6 @@ def test_interrupt_leaves_no_worker_behind():
 
 
 # --------------------------------------------------------------------------- end to end
-
-def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None = None, extra: str = "") -> Path:
-    text = TEMPLATE.read_text()
-    for old, new in (('name = "scale"', f'name = "{name}"'), ("{impl}", impl),
-                     ("{layouts}", '["padded", "strided", "transposed"]')):
-        assert old in text, f"{TEMPLATE} changed: no {old!r}"
-        text = text.replace(old, new)
-    if timeout is not None:
-        text = text.replace('fallback = ["triton", "reference"]', f'fallback = ["triton", "reference"]\n'
-                                                                   f"timeout = {timeout}")
-    path = directory / f"{name}.toml"
-    path.write_text(text + extra)
-    return path
-
 
 # Spec name -> (kernel, what its failure says). Each crash costs a fresh worker (a torch import, seconds),
 # so SIGKILL and os._exit are covered by the pool tests above, not here.

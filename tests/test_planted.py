@@ -12,16 +12,13 @@ from harness.cases import case_seed
 from harness.checks import CaseContext, CheckFailure, run_checks
 from harness.spec_check import resolve_import
 from tests.planted import broken_kernels
+from tests.spec_files import write_spec
 
-TEMPLATE = Path(__file__).parent / "specs" / "scale.toml"
 ALL_LAYOUTS = '["padded", "strided", "transposed"]'
 
 
 def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
-    text = TEMPLATE.read_text().replace("{impl}", f"tests.planted.broken_kernels:{impl}")
-    path = tmp_path / "scale.toml"
-    path.write_text(text.replace("{layouts}", layouts))
-    return spec_mod.load(path)
+    return spec_mod.load(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
 
 
 def run_all(spec, dtypes=("fp32", "bf16")) -> dict[str, list[str]]:
