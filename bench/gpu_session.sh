@@ -16,7 +16,7 @@ case "$what" in
     ;;
   final)
     # Generated tests, all tiers (isolated workers on a GPU), the planted faults and the sanitizer tests.
-    timeout 300 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py tests/test_sanitize.py \
+    timeout 420 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py tests/test_sanitize.py \
       --tier full -q -rfEs -p no:cacheprovider "$@" 2>&1 \
       | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -25
     ;;

@@ -73,7 +73,7 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
 def cmd_matrix(args) -> int:
     from harness.aot import compile_all, render_table, table_rows
     from harness.arch import use_interpreter_if_no_gpu
-    from harness.cudabuild import build_cuda
+    from harness.cudabuild import build_cuda, torch_extension_flags
     from harness.spec_check import resolve_import
 
     use_interpreter_if_no_gpu()
@@ -82,7 +82,7 @@ def cmd_matrix(args) -> int:
     for spec in load_specs(spec_paths([], args.specs_dir, args.kernel)):
         for backend in spec.backends.values():
             if backend.source:
-                result = build_cuda(resolve_import(backend.source), archs)
+                result = build_cuda(resolve_import(backend.source), archs, extra_flags=torch_extension_flags())
                 print(f"{spec.name} {backend.name}: nvcc {result.status}; SASS {', '.join(result.sass_archs) or '-'}; "
                       f"PTX {', '.join(result.ptx_archs) or '-'}")
                 for k in result.kernels:

@@ -207,6 +207,16 @@ class CudaBuildResult:
         return self.status == "ok" and not self.problems
 
 
+def torch_extension_flags() -> tuple[str, ...]:
+    """The defines torch's JIT extension build gives nvcc (no implicit half/bfloat16 conversions, ...):
+    the matrix compiles with them so a source that builds here also builds in `load_inline`."""
+    try:
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    except ImportError:
+        return ()
+    return tuple(COMMON_NVCC_FLAGS)
+
+
 def _gencode(archs: list[str]) -> list[str]:
     newest = max(archs, key=lambda a: normalize_arch(a)[1])
     flags = []

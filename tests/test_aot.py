@@ -20,7 +20,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from harness import aot, cudabuild
-from tests.planted import aot_kernels
+from tests.planted import aot_kernels, sanitizer_kernels
 
 ARCHS = ("sm_80", "sm_90", "sm_100")
 PLANTED = Path(aot_kernels.__file__)
@@ -237,6 +237,24 @@ def test_build_cuda_syntax_error_is_one_line():
     assert res.status == "error" and not res.ok
     assert "error" in res.error and "\n" not in res.error and "kernel.cu" in res.error
     assert res.stderr_head and not res.kernels
+
+
+IMPLICIT_BF16 = r"""
+#include <cuda_bf16.h>
+__global__ void widen(const __nv_bfloat16* x, float* y) { y[threadIdx.x] = static_cast<float>(x[threadIdx.x]); }
+"""
+
+
+@needs_nvcc
+def test_build_cuda_with_torch_flags_rejects_what_load_inline_rejects():
+    # Plain nvcc accepts the implicit bfloat16 -> float conversion; torch's extension build does not, and
+    # the matrix compiles with torch's flags so that it fails here, not in the first GPU test.
+    assert cudabuild.build_cuda(IMPLICIT_BF16, ("sm_90",)).status == "ok"
+    strict = cudabuild.build_cuda(IMPLICIT_BF16, ("sm_90",), extra_flags=cudabuild.torch_extension_flags())
+    assert strict.status == "error" and "bfloat16" in strict.error
+    planted = cudabuild.build_cuda(sanitizer_kernels._RACY_SRC, ("sm_90",),
+                                   extra_flags=cudabuild.torch_extension_flags())
+    assert planted.ok, planted.error
 
 
 def test_build_cuda_without_nvcc(monkeypatch):

@@ -42,6 +42,15 @@ _RACY_SRC = r"""
 #include <cuda_fp16.h>
 #include <cstdint>
 
+// torch's extension build defines __CUDA_NO_HALF_CONVERSIONS__ and __CUDA_NO_BFLOAT16_CONVERSIONS__.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
 // Each block stages its row, scaled, in shared memory; each thread then stores an element staged by a thread
 // in another warp. The bug: no __syncthreads() between the two loops (a read-after-write hazard on shared
 // memory). Warps usually finish the first loop before any reaches the second, so outputs are mostly right.
@@ -51,10 +60,10 @@ __global__ void racy_scale_kernel(const T* x, const T* w, T* out, int64_t cols, 
   extern __shared__ float tile[];
   const int64_t row = blockIdx.x;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    tile[c] = static_cast<float>(x[row * sx_row + c * sx_col]) * static_cast<float>(w[c]);
+    tile[c] = to_f32(x[row * sx_row + c * sx_col]) * to_f32(w[c]);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const int64_t p = (c + 32) % cols;
-    out[row * so_row + p] = static_cast<T>(2.0f * tile[p]);
+    out[row * so_row + p] = from_f32<T>(2.0f * tile[p]);
   }
 }
 
