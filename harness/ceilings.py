@@ -1,6 +1,9 @@
-"""Measured ceilings of the machine a run is on: copy bandwidth and dense matmul rate.
+"""Measured ceilings of the machine a run is on: memory bandwidth by traffic mix, and dense matmul rate.
 
-Rooflines are built on these, never on datasheet figures; the datasheet figure, where known, is
+Memory bandwidth depends on the mix of reads and writes (on HBM a read-only stream outruns a copy), so it
+is measured for four patterns (write only, 1:1 copy, 2 reads : 1 write, read only) and a kernel's roofline
+uses the bandwidth at its own read fraction (`memory_ceiling`). Rooflines are built on these, never on
+datasheet figures; the datasheet figure, where known, is
 shown beside as a reference (``Ceilings.datasheet``, the same keys as the measured ones). Results
 are cached as JSON per device name + driver + torch version, so a run measures them once.
 """
@@ -42,11 +45,21 @@ _CPU = {"copy_bytes": 256 << 20, "matmul_n": 2048, "slow_matmul_n": 512, "slow_c
         "matmul_cfg": TimingConfig(min_samples=3, max_samples=10, min_time_s=0.1, timeout_s=3.0)}
 
 
+# Traffic patterns: name -> (fraction of the bytes moved that are reads, what is timed).
+PATTERNS = {
+    "fill": (0.0, "write only: dst.fill_"),
+    "copy": (0.5, "1 read : 1 write: dst.copy_(src)"),
+    "add": (2 / 3, "2 reads : 1 write: torch.add(a, b, out=c)"),
+    "read": (1.0, "read only: torch.sum(src)"),
+}
+
+
 @dataclass(frozen=True)
 class Ceilings:
     device: str
     driver: str
     copy_gbps: float                 # device-to-device copy, bytes read + bytes written
+    bandwidth_gbps: dict             # PATTERNS name -> GB/s (bytes read + bytes written)
     matmul_tflops: dict              # dtype -> TFLOP/s ("bf16", "fp16", "tf32", "fp32")
     datasheet: dict                  # datasheet figures, same keys ({} when the device is not listed)
     method: str
@@ -92,15 +105,48 @@ def _median_us(fn, dev, cfg) -> tuple[float, str]:
     return summarize(m.samples_us).median, m.method
 
 
-def _copy_gbps(dev, sizes) -> tuple[float, str]:
+def _bandwidth_gbps(dev, sizes) -> tuple[dict, str]:
+    """GB/s of each traffic pattern, over buffers of sizes["copy_bytes"] each (far beyond any L2)."""
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     n = sizes["copy_bytes"] // torch.empty((), dtype=dtype).element_size()
-    src = torch.randn(n, dtype=dtype, device=dev)
-    dst = torch.empty_like(src)
-    median, method = _median_us(lambda: dst.copy_(src), dev, sizes["copy_cfg"])
-    nbytes = 2 * src.numel() * src.element_size()
-    note = f"copy: {nbytes // 2} bytes of {str(dtype)[6:]}, GB/s = (read + written) / median ({method})"
-    return nbytes / median / 1e3, note
+    gen = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, dtype=dtype, device=dev, generator=gen)
+    b = torch.randn(n, dtype=dtype, device=dev, generator=gen)
+    c = torch.empty_like(a)
+    nbytes = n * a.element_size()
+    runs = {"fill": (lambda: c.fill_(1.0), nbytes), "copy": (lambda: c.copy_(a), 2 * nbytes),
+            "add": (lambda: torch.add(a, b, out=c), 3 * nbytes), "read": (lambda: torch.sum(a), nbytes)}
+    out, method = {}, ""
+    for name, (fn, moved) in runs.items():
+        median, method = _median_us(fn, dev, sizes["copy_cfg"])
+        if not math.isfinite(median):
+            # An idle GPU ramps its clock during the first runs; those samples are dropped as throttled
+            # and can leave none. Measure again, now that the clock is up.
+            median, method = _median_us(fn, dev, sizes["copy_cfg"])
+        out[name] = moved / median / 1e3
+    note = (f"bandwidth: {nbytes} bytes of {str(dtype)[6:]} per buffer, GB/s = (read + written) / median "
+            f"({method}); " + ", ".join(f"{k} = {PATTERNS[k][1]}" for k in runs))
+    return out, note
+
+
+def memory_ceiling(bandwidth: dict, read_fraction: float | None, copy_gbps: float | None = None) -> float | None:
+    """The bandwidth (GB/s) a kernel whose traffic is `read_fraction` reads can reach.
+
+    Time per byte is interpolated linearly in the read fraction between the measured patterns (exact at
+    each of them; between two, what a kernel mixing their traffic in proportion would take), clamped at
+    the ends. Without a read fraction, or without pattern measurements, the copy bandwidth.
+    """
+    points = sorted((PATTERNS[k][0], v) for k, v in (bandwidth or {}).items()
+                    if k in PATTERNS and v and math.isfinite(v) and v > 0)
+    if read_fraction is None or not points:
+        copy = copy_gbps if copy_gbps is not None else (bandwidth or {}).get("copy")
+        return copy if copy and math.isfinite(copy) else None
+    f = min(max(read_fraction, points[0][0]), points[-1][0])
+    for (f0, g0), (f1, g1) in zip(points, points[1:], strict=False):
+        if f0 <= f <= f1:
+            w = (f - f0) / (f1 - f0)
+            return 1.0 / ((1 - w) / g0 + w / g1)
+    return points[0][1]  # a single measured pattern
 
 
 def _matmul_tflops(dev, sizes) -> tuple[dict, list[str]]:
@@ -138,7 +184,7 @@ def _matmul_tflops(dev, sizes) -> tuple[dict, list[str]]:
 
 
 def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> Ceilings:
-    """Copy bandwidth and matmul TFLOP/s of ``device`` (default: the current GPU, else the CPU)."""
+    """Bandwidth per traffic pattern and matmul TFLOP/s of ``device`` (default: the current GPU, else the CPU)."""
     dev = resolve_device(device)
     name = torch.cuda.get_device_properties(dev).name if dev.type == "cuda" else cpu_model()
     key = {"device": name, "driver": _driver(dev), "torch": torch.__version__}
@@ -146,22 +192,19 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> C
     if not refresh and (hit := _load(path, key)) is not None:
         return hit
     sizes = _GPU if dev.type == "cuda" else _CPU
-    copy_gbps, copy_note = _copy_gbps(dev, sizes)
-    if not math.isfinite(copy_gbps):
-        # An idle GPU ramps its clock during the first copies; those samples are dropped as throttled
-        # and can leave none. Measure again, now that the clock is up.
-        copy_gbps, copy_note = _copy_gbps(dev, sizes)
+    bandwidth, copy_note = _bandwidth_gbps(dev, sizes)
+    copy_gbps = bandwidth["copy"]
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     tflops, notes = _matmul_tflops(dev, sizes)
     ceilings = Ceilings(
-        device=name, driver=key["driver"], copy_gbps=copy_gbps, matmul_tflops=tflops,
+        device=name, driver=key["driver"], copy_gbps=copy_gbps, bandwidth_gbps=bandwidth, matmul_tflops=tflops,
         datasheet=DATASHEET.get(name, {}),
         method="; ".join([f"median of the timing engine's cold samples; {copy_note}", *notes,
                           "datasheet figures are vendor references, not measurements"]),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cached=False,
     )
-    if math.isfinite(copy_gbps) and all(math.isfinite(v) for v in tflops.values()):
+    if all(math.isfinite(v) for v in [*bandwidth.values(), *tflops.values()]):
         _save(path, key, ceilings)  # never cache a failed measurement
     return ceilings

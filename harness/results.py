@@ -12,8 +12,9 @@ Conventions the producers follow and the report relies on:
 - ``stats`` holds the :data:`STATS_KEYS` in microseconds, ``cv`` as a fraction (std / mean), numbers
   or ``null`` where a statistic is undefined for the sample, never NaN: the document is standard JSON;
 - ``speedups[p]`` is p's median over this case's median with its 95 % interval;
-- ``ceilings`` holds ``copy_gbps`` (measured device copy), ``matmul_tflops`` ({dtype: TFLOP/s}) and
-  optionally ``datasheet`` with the same two keys; other keys are free-form;
+- ``ceilings`` holds ``copy_gbps`` (measured device copy), ``bandwidth_gbps`` ({pattern: GB/s}, the
+  patterns of :data:`harness.ceilings.PATTERNS`), ``matmul_tflops`` ({dtype: TFLOP/s}) and optionally
+  ``datasheet`` with ``copy_gbps`` and ``matmul_tflops``; other keys are free-form;
 - ``environment`` is free-form; the report reads ``device``, ``arch``, ``date``, ``flush``,
   ``stopping_rule`` and ``throttle`` when present and lists every key as provenance.
 """
@@ -32,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps
 
 STATUSES = ("ok", "wrong", "error", "skipped")
 ROLES = ("candidate", "baseline", "peer")
@@ -79,6 +80,7 @@ class CaseResult:
     tflops: float | None
     pct_roofline: float | None    # percent of the measured roofline
     bound: str | None             # "memory" | "compute"
+    ceiling_gbps: float | None    # the memory ceiling used: measured bandwidth at the case's read fraction
     target: float | None          # fraction of the roofline the spec asks for
     verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
     speedups: dict                # other provider -> {"ratio", "lo", "hi"}; > 1: this one is faster

@@ -91,6 +91,15 @@ def _integer(value, where: str) -> int:
     return value
 
 
+def _text(value: str, where: str) -> str:
+    """JSON's \\ud800 escapes decode to lone surrogates, which no file or terminal can take: refuse them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Bad(where, f"a lone surrogate ({value[exc.start]!a}) is not text") from None
+    return value
+
+
 def _json_value(value, where: str, depth: int = 0):
     """Free-form JSON: anything but NaN/Infinity, with string keys, at most MAX_DEPTH levels deep."""
     if depth > MAX_DEPTH:
@@ -101,11 +110,13 @@ def _json_value(value, where: str, depth: int = 0):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _Bad(where, f"expected string keys, got {_describe(k)}")
-            _json_value(v, _at(where, k), depth + 1)
+            _json_value(v, _at(where, _text(k, where)), depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _json_value(v, f"{where}[{i}]", depth + 1)
-    elif value is not None and not isinstance(value, (str, int, float, bool)):
+    elif isinstance(value, str):
+        _text(value, where)
+    elif value is not None and not isinstance(value, (int, float, bool)):
         raise _Bad(where, f"expected a JSON value, got {type(value).__name__}")
     return value
 
@@ -134,7 +145,7 @@ def _convert(value, tp, where: str):
     if tp in _SIMPLE:
         if not isinstance(value, tp) or (tp is not bool and isinstance(value, bool)):
             raise _Bad(where, f"expected {_SIMPLE[tp]}, got {_describe(value)}")
-        return copy.deepcopy(_json_value(value, where)) if tp is dict else value
+        return copy.deepcopy(_json_value(value, where)) if tp is dict else _text(value, where) if tp is str else value
     raise TypeError(f"results schema: unsupported field type {tp!r}")  # a bug in this module
 
 
@@ -169,6 +180,13 @@ def _check_speedups(value: dict, where: str) -> None:
         value[provider] = _plain(_from_dict(Speedup, entry, _at(where, provider)))
 
 
+def _mapping(block: dict, key: str, at: str) -> dict:
+    value = block.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise _Bad(f"{at}.{key}", f"expected an object, got {_describe(value)}")
+    return value or {}
+
+
 def _check_ceilings(value: dict, where: str) -> None:
     sheet = value.get("datasheet")
     if sheet is not None and not isinstance(sheet, dict):
@@ -176,11 +194,10 @@ def _check_ceilings(value: dict, where: str) -> None:
     for block, at in ((value, where), (sheet or {}, f"{where}.datasheet")):
         if block.get("copy_gbps") is not None:
             _number(block["copy_gbps"], f"{at}.copy_gbps")
-        per_dtype = block.get("matmul_tflops")
-        per_dtype = {} if per_dtype is None else per_dtype
-        if not isinstance(per_dtype, dict):
-            raise _Bad(f"{at}.matmul_tflops", f"expected an object, got {_describe(per_dtype)}")
-        for dtype, v in per_dtype.items():
+        for name, v in _mapping(block, "bandwidth_gbps", at).items():
+            if v is not None:
+                _number(v, _at(f"{at}.bandwidth_gbps", name))
+        for dtype, v in _mapping(block, "matmul_tflops", at).items():
             if v is not None:
                 _number(v, _at(f"{at}.matmul_tflops", dtype))
 

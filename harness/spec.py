@@ -99,9 +99,17 @@ class Case:
 
 @dataclass(frozen=True)
 class Roofline:
-    bytes: ex.Expr
+    bytes: ex.Expr                   # bytes read + bytes written
     flops: ex.Expr
     target: float
+    read_bytes: ex.Expr | None = None  # with write_bytes: the read share picks the bandwidth ceiling
+    write_bytes: ex.Expr | None = None
+
+    def read_fraction(self, env: dict) -> float | None:
+        if self.read_bytes is None or self.write_bytes is None:
+            return None
+        read, written = float(self.read_bytes(env)), float(self.write_bytes(env))
+        return read / (read + written) if read + written > 0 else None
 
 
 @dataclass(frozen=True)
@@ -404,10 +412,25 @@ def _tolerance(r: Reader, dtype: str, t: dict) -> Tolerance:
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:
-    r.keys(t, ["bytes", "flops", "target"], "roofline", required=["bytes", "flops"])
-    b = _expr(r, t.get("bytes", "0"), "roofline.bytes")
+    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target"], "roofline", required=["flops"])
+    split = [k for k in ("read_bytes", "write_bytes") if k in t]
+    if "bytes" in t and split:
+        r.problem(f"roofline.{split[0]}", "give bytes, or read_bytes and write_bytes, not both")
+        return None
+    if len(split) == 1:
+        other = "write_bytes" if split[0] == "read_bytes" else "read_bytes"
+        r.problem(f"roofline.{other}", f"required with {split[0]}")
+        return None
+    if "bytes" not in t and not split:
+        r.problem("roofline.bytes", "missing required key (or give read_bytes and write_bytes)")
+        return None
+    rd = _expr(r, t["read_bytes"], "roofline.read_bytes") if split else None
+    wr = _expr(r, t["write_bytes"], "roofline.write_bytes") if split else None
+    if split and not (rd and wr):
+        return None
+    b = _expr(r, f"({rd.source}) + ({wr.source})" if split else t["bytes"], "roofline.bytes")
     f = _expr(r, t.get("flops", "0"), "roofline.flops")
     target = r.get(t, "target", float, "roofline", default=0.0)
     if not 0 <= target <= 1:
         r.problem("roofline.target", f"must be a fraction in [0, 1], got {target}")
-    return Roofline(b, f, target) if b and f else None
+    return Roofline(b, f, target, rd, wr) if b and f else None

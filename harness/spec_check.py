@@ -45,7 +45,10 @@ def _names(r: Reader, known: set, spec) -> None:
             check(a, f"{where}.values")
     if spec.roofline is not None:
         extra = ["itemsize"] + [f"{p}_{t.name}" for t in spec.tensors for p in ("numel", "bytes")]
-        check(spec.roofline.bytes, "roofline.bytes", extra)
+        split = spec.roofline.read_bytes is not None
+        check(spec.roofline.read_bytes, "roofline.read_bytes", extra)
+        check(spec.roofline.write_bytes, "roofline.write_bytes", extra)
+        check(None if split else spec.roofline.bytes, "roofline.bytes", extra)
         check(spec.roofline.flops, "roofline.flops", extra)
 
 

@@ -34,6 +34,8 @@ from harness.report import render
 from harness.results import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
 from tests.fuzz_docs import get, structural_mutation, walk
 
+VERSION = b'{"schema_version": ' + str(SCHEMA_VERSION).encode()  # the start of a record of this schema
+
 FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much, HealthCheck.large_base_example])
@@ -66,7 +68,8 @@ def _case(provider, backend, role, samples, status="ok", reason="", headline=Tru
                 gbps=nbytes / (median * 1e3) if median else None,
                 tflops=flops / (median * 1e6) if median else None,
                 pct_roofline=100 * nbytes / (median * 1e3) / 4000.0 if median else None,
-                bound="memory", target=0.8, verdict="below-target" if median else "n/a", speedups={}, seed=1234)
+                bound="memory", ceiling_gbps=4000.0 if median else None, target=0.8,
+                verdict="below-target" if median else "n/a", speedups={}, seed=1234)
     return CaseResult(**{**base, **extra})
 
 
@@ -96,7 +99,9 @@ def synthetic_results(plots: bool) -> Results:
     env = {"device": "synthetic-device (test fixture)", "arch": "cpu", "date": "2026-11-29T08:00:00+00:00",
            "flush": "none", "stopping_rule": "synthetic", "throttle": "synthetic",
            "clocks": {"sm_mhz": 1980, "list": [1, "two", None, True]}, "dirty": False}
-    ceilings = {"copy_gbps": 4000.0, "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},
+    ceilings = {"copy_gbps": 4000.0,
+                "bandwidth_gbps": {"fill": 3900.0, "copy": 4000.0, "add": 4100.0, "read": 4300.0},
+                "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},
                 "datasheet": {"copy_gbps": 4800.0, "matmul_tflops": {"bf16": 989.0}}, "copy_bytes": 2 ** 30}
     return Results(SCHEMA_VERSION, env, ceilings, cases, arch, waivers, True)
 
@@ -211,7 +216,7 @@ def _no_constant(name):
 def test_base_documents_render_and_export():
     for name, doc in BASES.items():
         assert report_and_export(json.dumps(doc).encode(), "results.json") == 0, name
-        assert report_and_export(_jsonl([{"schema_version": 1, "case": c} for c in doc["cases"]]),
+        assert report_and_export(_jsonl([{"schema_version": SCHEMA_VERSION, "case": c} for c in doc["cases"]]),
                                  "cases.jsonl") == 0, name
 
 
@@ -336,7 +341,7 @@ def spliced(draw, text: bytes) -> bytes:
 @FUZZ
 @given(data=st.one_of(spliced(_dumps(BASES["lean"])), st.binary(max_size=200),
                       st.sampled_from([b"", b"null", b"[]", b"1", b'"results"', b"{}", b'{"schema_version": true}',
-                                       b'{"schema_version": 1.0}', b'{"schema_version": 2}',
+                                       VERSION + b'.0}', b'{"schema_version": 99}',
                                        b'{"schema_version": ' + b"9" * 5000 + b"}",
                                        _dumps(BASES["lean"]).replace(b"\n", b"\r\n") + b"\xff",
                                        json.dumps(BASES["lean"]).encode("utf-16"), b"[" * 100000])))
@@ -427,7 +432,7 @@ def test_malformed_cases_jsonl(files):
 
 
 def test_torn_last_line_is_skipped_and_torn_middle_line_is_an_error(tmp_path):
-    records = [{"schema_version": 1, "case": c} for c in BASES["lean"]["cases"]]
+    records = [{"schema_version": SCHEMA_VERSION, "case": c} for c in BASES["lean"]["cases"]]
     whole = _jsonl(records)
     assert report_and_export(whole[:-40], "cases.jsonl") == 0  # the crash cut the last record: skipped
     lines = whole.split(b"\n")
@@ -470,14 +475,14 @@ def test_found_by_the_properties(change, fragment, tmp_path):
 
 @pytest.mark.parametrize("data, fragment", [
     (b'{"schema_version": ' + b"9" * 5000 + b"}", "not valid JSON: a number with more than 4300 digits"),
-    (b'{"schema_version": 1, "case": {}}\n' * 2 + b"[" * 100000 + b"\n", "line 1: case.kernel: required key"),
+    ((VERSION + b', "case": {}}\n') * 2 + b"[" * 100000 + b"\n", "line 1: case.kernel: required key"),
     (b"[" * 100000 + b"\n", "line 1: not valid JSON: nested too deeply"),
     (b"[1]\n", "line 1: (top level): expected an object with keys schema_version and case, got a list"),
     (b'{"schema_version": true, "case": {}}\n', "line 1: schema_version: unsupported version true"),
     (b'{"case": {}}\n', "line 1: schema_version: required key is missing"),
-    (b'{"schema_version": 1}\n', "line 1: case: required key is missing"),
-    (b'{"schema_version": 1, "case": {}, "x\\n": 1}\n', 'line 1: "x\\n": unknown key'),
-    (b'{"schema_version": 1, "case": {}, "x": ' + b"9" * 5000 + b"}\n", "line 1: not valid JSON: a number with more"),
+    (VERSION + b'}\n', "line 1: case: required key is missing"),
+    (VERSION + b', "case": {}, "x\\n": 1}\n', 'line 1: "x\\n": unknown key'),
+    (VERSION + b', "case": {}, "x": ' + b"9" * 5000 + b"}\n", "line 1: not valid JSON: a number with more"),
 ])
 def test_found_in_cases_jsonl(data, fragment):
     name = "cases.jsonl" if b"\n" in data else "results.json"
@@ -498,7 +503,7 @@ def test_found_in_cases_jsonl(data, fragment):
 ])
 def test_run_header_beside_cases_jsonl(header, fragment):
     """An interrupted run's header (run.json) is read with the cases; each problem names its own file."""
-    record = {"schema_version": 1, "case": BASES["lean"]["cases"][0]}
+    record = {"schema_version": SCHEMA_VERSION, "case": BASES["lean"]["cases"][0]}
     data = _jsonl([record, record])
     with tempfile.TemporaryDirectory(dir=SCRATCH) as tmp:
         (Path(tmp) / "run.json").write_bytes(header)

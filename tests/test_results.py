@@ -40,7 +40,8 @@ KERNELS = {
     "rope": ({"tokens": 16384, "heads": 32, "kv_heads": 8, "head_dim": 128}, None, 2, 3),
     "silu_and_mul": ({"tokens": 8192, "d": 14336}, {"tokens": 17, "d": 769}, 3, 5),
 }
-CEILINGS = {"copy_gbps": 4000.0, "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},
+CEILINGS = {"copy_gbps": 4000.0, "bandwidth_gbps": {"fill": 3900.0, "copy": 4000.0, "add": 4100.0, "read": 4300.0},
+            "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},
             "datasheet": {"copy_gbps": 4800.0, "matmul_tflops": {"bf16": 989.0}}, "copy_bytes": 2 ** 30}
 
 
@@ -66,7 +67,7 @@ def _case(rng, kernel, shape, headline, dtype, provider, backend, role, speed, s
                 case_id=",".join(f"{k}={v}" for k, v in shape.items()), shape=dict(shape), headline=headline,
                 status=status, reason=reason, method="cuda-events", stop_reason="", samples_us=(),
                 dropped_us=(), warm_us=(), stats=None, warm_median_us=None, bytes=nbytes, flops=flops,
-                gbps=None, tflops=None, pct_roofline=None, bound="memory", target=0.8, verdict="n/a",
+                gbps=None, tflops=None, pct_roofline=None, bound="memory", ceiling_gbps=None, target=0.8, verdict="n/a",
                 speedups={}, seed=1234)
     if status != "ok":
         return CaseResult(**base)
@@ -84,6 +85,7 @@ def _case(rng, kernel, shape, headline, dtype, provider, backend, role, speed, s
                          "warm_us": tuple((samples[:20] * 0.95).tolist()),
                          "warm_median_us": stats["median"] * 0.95,
                          "gbps": gbps, "tflops": flops / stats["median"] / 1e6, "pct_roofline": pct,
+                         "ceiling_gbps": CEILINGS["copy_gbps"],
                          "verdict": verdict})
 
 
@@ -319,7 +321,7 @@ def test_partial_jsonl_round_trip_and_torn_tail(results, tmp_path):
         append_case(path, case)
     assert load_partial(path) == results.cases[:5]
     with open(path, "ab") as fh:  # a crash in the middle of the sixth record
-        fh.write(json.dumps({"schema_version": 1, "case": to_json(results.cases[5])}).encode()[:300])
+        fh.write(json.dumps({"schema_version": SCHEMA_VERSION, "case": to_json(results.cases[5])}).encode()[:300])
     assert load_partial(path) == results.cases[:5]
     append_case(path, results.cases[6])  # resuming cuts the torn fragment first
     assert load_partial(path) == results.cases[:5] + (results.cases[6],)
@@ -342,7 +344,7 @@ def test_partial_jsonl_bad_record_names_line_and_key(results, tmp_path):
     doc = to_json(results.cases[1])
     doc["stats"]["n"] = "many"
     with open(path, "a") as fh:
-        fh.write(json.dumps({"schema_version": 1, "case": doc}) + "\n")
+        fh.write(json.dumps({"schema_version": SCHEMA_VERSION, "case": doc}) + "\n")
     with pytest.raises(ResultsError, match=r"line 2: case\.stats\.n: expected an integer, got 'many'"):
         load_partial(path)
 

@@ -206,6 +206,13 @@ def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult])
     ax.add_artist(first)
     ax.legend(handles=[Line2D([], [], ls="", marker=pmarker[p], color="gray", label=p) for p in providers],
               title="provider", loc="lower right", fontsize=8)
+    read_gbps = (results.ceilings.get("bandwidth_gbps") or {}).get("read")
+    if bw and read_gbps and read_gbps > copy_gbps:  # the roof of read-heavy kernels, above the copy slope
+        rb = read_gbps / 1000.0
+        x_end_read = roof / rb if compute else x_hi
+        ax.plot([x_lo, x_end_read], [rb * x_lo, rb * x_end_read], color="dimgray", lw=1.0, ls=":")
+        ax.annotate(f"read only {read_gbps:,.0f} GB/s", (x_lo * 1.5, rb * x_lo * 1.5 * 1.3), fontsize=7,
+                    color="dimgray")
     if bw:  # label the slope along itself, high up where the points are not
         x_text = math.sqrt(x_lo * x_end) * 2
         p0, p1 = ax.transData.transform([(x_text, bw * x_text), (x_text * 2, bw * x_text * 2)])

@@ -139,6 +139,11 @@ def _summary(results: Results) -> dict:
             "no_headline": missing}
 
 
+# The copy row comes from copy_gbps (with its datasheet figure); these are the other measured patterns.
+BANDWIDTH_LABELS = {"fill": "write only (fill), GB/s", "add": "2 reads : 1 write (add), GB/s",
+                    "read": "read only (sum), GB/s"}
+
+
 def _ceilings(results: Results) -> dict | None:
     measured = results.ceilings
     sheet = measured.get("datasheet") or {}
@@ -148,8 +153,12 @@ def _ceilings(results: Results) -> dict | None:
         ratio = pct(100 * m / d) if m is not None and d else DASH
         rows.append([label, num(m), num(d), ratio])
 
+    bandwidth = measured.get("bandwidth_gbps") or {}
     if measured.get("copy_gbps") is not None or sheet.get("copy_gbps") is not None:
         row("copy, GB/s (read + write)", measured.get("copy_gbps"), sheet.get("copy_gbps"))
+    for name, label in BANDWIDTH_LABELS.items():
+        if bandwidth.get(name) is not None:
+            row(label, bandwidth[name], None)
     mm, smm = measured.get("matmul_tflops") or {}, sheet.get("matmul_tflops") or {}
     for dtype in dict.fromkeys([*mm, *smm]):
         row(f"matmul {dtype}, TFLOP/s", mm.get(dtype), smm.get(dtype))
@@ -193,10 +202,11 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
                          f"{num(s['p5'])}{NBSP}to{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
-                         num(c.gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c), cell(c.stop_reason)])
+                         num(c.gbps), num(c.ceiling_gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c),
+                         cell(c.stop_reason)])
         table = _table(["provider", "n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV",
-                        "outliers lo / hi", "warm median µs", "GB/s", "TFLOP/s", "% roofline", "verdict",
-                        "stopped because"], rows, right=tuple(range(1, 11)))
+                        "outliers lo / hi", "warm median µs", "GB/s", "ceiling GB/s", "TFLOP/s", "% roofline",
+                        "verdict", "stopped because"], rows, right=tuple(range(1, 12)))
         panels.append({"title": f"{shape_label(group[0].shape)} · {dtype}", "case_id": case_id,
                        "headline": any(c.headline for c in group), "table": table if rows else None,
                        "not_measured": _not_measured(group)})
@@ -261,7 +271,7 @@ def _flat_env(prefix: str, value, rows: list) -> None:
 def _provenance(results: Results, results_name: str) -> dict:
     rows: list = []
     _flat_env("", results.environment, rows)
-    shown = ("copy_gbps", "matmul_tflops", "datasheet")
+    shown = ("copy_gbps", "bandwidth_gbps", "matmul_tflops", "datasheet")
     extra = {k: v for k, v in results.ceilings.items() if k not in shown}
     if extra:
         _flat_env("ceilings", extra, rows)

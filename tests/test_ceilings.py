@@ -1,0 +1,76 @@
+"""Measured ceilings: bandwidth per traffic pattern, and the memory ceiling a kernel's read share picks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness import ceilings as ceil_mod
+from harness import spec as spec_mod
+from harness.bench import roofline
+from harness.cases import full_env
+from harness.ceilings import PATTERNS, Ceilings, measure_ceilings, memory_ceiling
+from tests.spec_files import write_spec
+
+# SYNTHETIC bandwidths (GB/s), shaped like HBM: reads outrun writes.
+BW = {"fill": 3000.0, "copy": 4000.0, "add": 4200.0, "read": 4800.0}
+
+
+def test_exact_at_each_measured_pattern():
+    for name, (fraction, _) in PATTERNS.items():
+        assert memory_ceiling(BW, fraction) == pytest.approx(BW[name])
+
+
+def test_time_per_byte_is_interpolated_between_patterns():
+    # Halfway between copy (1/2) and add (2/3) in read share: the mean of their times per byte.
+    f = (0.5 + 2 / 3) / 2
+    assert memory_ceiling(BW, f) == pytest.approx(1 / ((1 / 4000 + 1 / 4200) / 2))
+    values = [memory_ceiling(BW, i / 20) for i in range(21)]
+    assert values == sorted(values)  # monotone here, as the patterns are
+
+
+def test_ends_clamp_and_missing_data_fall_back_to_copy():
+    only = {"copy": 4000.0, "read": 4800.0}
+    assert memory_ceiling(only, 0.1) == pytest.approx(4000.0)  # below the lowest measured share: clamped
+    assert memory_ceiling(BW, None) == 4000.0  # no read/write split in the spec: the copy ceiling
+    assert memory_ceiling({}, 0.9, copy_gbps=3900.0) == 3900.0  # an older results file: copy only
+    assert memory_ceiling({"copy": math.nan}, 0.7) is None
+    assert memory_ceiling({"read": 4800.0}, 0.2) == 4800.0
+
+
+def test_roofline_uses_the_bandwidth_at_the_kernels_read_share(tmp_path):
+    split = ('[roofline]\nread_bytes = "bytes_x + bytes_w"\nwrite_bytes = "bytes_out"\nflops = "2 * numel_x"\n'
+             'target = 0.5\n')
+    text = write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale").read_text()
+    head, _, _ = text.partition("[roofline]")
+    (tmp_path / "scale.toml").write_text(head + split)
+    spec = spec_mod.load(tmp_path / "scale.toml")
+    env = full_env(spec, spec.cases["ci"][0], "bf16")
+    c = Ceilings("synthetic", "n/a", BW["copy"], BW, {"bf16": 700.0}, {}, "synthetic", "now", False)
+    nbytes = float(spec.roofline.bytes(env))
+    read = float(spec.roofline.read_bytes(env))
+    assert nbytes == read + float(spec.roofline.write_bytes(env))
+    expected = memory_ceiling(BW, read / nbytes)
+    median_us = nbytes / (expected * 1e3)  # exactly at the ceiling
+    out = roofline(spec, env, median_us, c, "bf16")
+    assert out["ceiling_gbps"] == pytest.approx(expected) and out["pct_roofline"] == pytest.approx(100.0)
+    assert expected != pytest.approx(BW["copy"])  # the read-heavy mix is not judged against a copy
+    plain = roofline(spec_mod.load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale")), env,
+                     median_us, c, "bf16")
+    assert plain["ceiling_gbps"] == BW["copy"]
+
+
+def test_measure_on_cpu_measures_every_pattern_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setitem(ceil_mod._CPU, "copy_bytes", 16 << 20)  # small: this checks the plumbing, not the CPU
+    monkeypatch.setitem(ceil_mod._CPU, "matmul_n", 128)
+    monkeypatch.setitem(ceil_mod._CPU, "slow_matmul_n", 64)
+    first = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path)
+    assert set(first.bandwidth_gbps) == set(PATTERNS) and not first.cached
+    assert all(math.isfinite(v) and v > 0 for v in first.bandwidth_gbps.values())
+    assert first.copy_gbps == first.bandwidth_gbps["copy"]
+    for name in PATTERNS:
+        assert f"{name} = " in first.method
+    again = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path)
+    assert again.cached and again.bandwidth_gbps == first.bandwidth_gbps
