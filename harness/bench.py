@@ -94,18 +94,39 @@ class Reference:
         return self._cache[key]
 
 
+def returned_outputs(spec: Spec, value) -> dict:
+    """What a provider returned, by written tensor name: {} for None (it wrote its arguments), a tensor for
+    the single written one, a tuple in `spec.written` order or a dict by name. Peers whose library returns
+    new tensors return them, so their timing holds no copy into the harness's buffers."""
+    names = [t.name for t in spec.written]
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if sorted(value) != sorted(names):
+            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
+                            f"{', '.join(names)}")
+        return dict(value)
+    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
+    if len(value) != len(names):
+        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
+    return dict(zip(names, value, strict=True))
+
+
 def check_provider(job: Job, fn: Callable, device: Device, reference: Reference, seed: int) -> str:
     """'' when the provider's output matches the reference, else why not."""
     spec = job.spec
     args = make_args(spec, job.case, job.dtype, device.torch_device, seed)
-    fn(**args.kwargs())
+    returned = returned_outputs(spec, fn(**args.kwargs()))
     sync(device.torch_device)
     ref = reference.get(spec, job.case, job.dtype, device, seed)
     for t in spec.outputs:
-        if poisoned_mask(args.tensors[t.name]).any():
+        if t.name not in returned and poisoned_mask(args.tensors[t.name]).any():
             return f"{t.name}: elements never written"
     for t in spec.written:
-        problem = mismatch(args.tensors[t.name], ref[t.name], spec.tolerance(job.dtype))
+        got = returned.get(t.name, args.tensors[t.name])
+        if tuple(got.shape) != tuple(ref[t.name].shape):
+            return f"{t.name}: returned shape {tuple(got.shape)}, expected {tuple(ref[t.name].shape)}"
+        problem = mismatch(got, ref[t.name], spec.tolerance(job.dtype))
         if problem:
             return f"{t.name}: {problem}"
     return ""

@@ -113,12 +113,12 @@ def fused_add_rmsnorm_ref(
 
 def fused_add_rmsnorm_liger(
     *, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-) -> None:
-    """Liger-Kernel 0.8's fused add + RMSNorm (llama casting), copied back into x and residual."""
+) -> dict | None:
+    """Liger-Kernel 0.8's fused add + RMSNorm (llama casting). Liger returns new tensors instead of updating
+    x and residual in place; they are returned as they are, so the timing holds no copies back."""
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
     if x.numel() == 0:
-        return
+        return None
     y, s = LigerFusedAddRMSNormFunction.apply(x, residual, weight, eps, 0.0, "llama", False)
-    residual.copy_(s)
-    x.copy_(y)
+    return {"x": y, "residual": s}

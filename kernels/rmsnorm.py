@@ -133,13 +133,15 @@ def rmsnorm_ref(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps
     out.copy_(xf * rstd * weight.to(acc))
 
 
-def rmsnorm_liger(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
-    """Liger-Kernel 0.8's RMSNorm (llama casting: x * rstd is rounded to x's dtype before * weight)."""
+def rmsnorm_liger(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> torch.Tensor:
+    """Liger-Kernel 0.8's RMSNorm (llama casting: x * rstd is rounded to x's dtype before * weight).
+
+    Returns Liger's own output tensor, so the timing is Liger's alone (no copy into `out`)."""
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     if x.numel() == 0:
-        return
-    out.copy_(LigerRMSNormFunction.apply(x, weight, eps, 0.0, "llama"))
+        return out
+    return LigerRMSNormFunction.apply(x, weight, eps, 0.0, "llama")
 
 
 # ---------------------------------------------------------------------------------------------------

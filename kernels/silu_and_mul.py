@@ -97,11 +97,15 @@ def silu_and_mul_ref(*, x: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(torch.nn.functional.silu(xf[..., :d]) * xf[..., d:])
 
 
-def silu_and_mul_liger(*, x: torch.Tensor, out: torch.Tensor) -> None:
-    """Liger-Kernel 0.8's SiLU-and-mul; it takes the two halves as separate contiguous tensors."""
+def silu_and_mul_liger(*, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Liger-Kernel 0.8's SiLU-and-mul, returning Liger's own output.
+
+    Liger takes gate and up as two tensors and makes each contiguous (its `ensure_contiguous`), so from
+    vLLM's fused [gate | up] layout it copies both halves first: those copies are in its time, as they
+    would be for any caller holding that layout."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
     if out.numel() == 0:
-        return
+        return out
     d = x.shape[-1] // 2
-    out.copy_(LigerSiLUMulFunction.apply(x[..., :d], x[..., d:]))
+    return LigerSiLUMulFunction.apply(x[..., :d], x[..., d:])
