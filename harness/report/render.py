@@ -140,8 +140,7 @@ def _summary(results: Results) -> dict:
 
 
 # The copy row comes from copy_gbps (with its datasheet figure); these are the other measured patterns.
-BANDWIDTH_LABELS = {"fill": "write only (fill), GB/s", "add": "2 reads : 1 write (add), GB/s",
-                    "read": "read only (sum), GB/s"}
+BANDWIDTH_LABELS = {"fill": "write only, GB/s", "add": "2 reads : 1 write, GB/s", "read": "read only, GB/s"}
 
 
 def _ceilings(results: Results) -> dict | None:
