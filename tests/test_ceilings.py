@@ -12,7 +12,7 @@ from harness import spec as spec_mod
 from harness.bench import roofline
 from harness.cases import full_env
 from harness.ceilings import PATTERNS, Ceilings, measure_ceilings, memory_ceiling
-from tests.spec_files import write_spec
+from tests.e2e import write_spec
 
 # SYNTHETIC bandwidths (GB/s), shaped like HBM: reads outrun writes.
 BW = {"fill": 3000.0, "copy": 4000.0, "add": 4200.0, "read": 4800.0}

@@ -18,22 +18,14 @@ import torch
 
 from harness import spec as spec_mod
 from harness.workers import Task, WorkerPool
+from tests.e2e import REPO, alive, write_spec
 from tests.planted.faulty_kernels import RAISE_MESSAGE
-from tests.spec_files import REPO, write_spec
 
 TASKS = "tests.planted.pool_tasks:"
 FAULTY = "tests.planted.faulty_kernels:"
 GOOD = "tests.planted.broken_kernels:scale"
 CI_CASE = "rows=16,cols=128"
 FAULT_TIMEOUT_S = 3
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- the pool itself
@@ -61,7 +53,7 @@ def test_each_failure_kind_is_an_outcome_and_the_worker_is_replaced():
     assert after.status == "ok" and after.worker_pid != poisoned.worker_pid  # a CUDA error retires the worker
     assert unpicklable.status == "error" and "could not be sent" in unpicklable.error
     for o in (ok, crashed, killed, hung, poisoned, after):
-        assert not _alive(o.worker_pid), f"worker {o.worker_pid} outlived the pool"
+        assert not alive(o.worker_pid), f"worker {o.worker_pid} outlived the pool"
 
 
 def test_tasks_shard_across_one_worker_per_device(monkeypatch):
@@ -79,7 +71,7 @@ def test_interrupt_leaves_no_worker_behind():
     with pytest.raises(KeyboardInterrupt), WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
         pid = pool.run(Task(TASKS + "echo", {"value": 0})).worker_pid
         pool.run(Task(TASKS + "interrupt_parent"))
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 # --------------------------------------------------------------------------- end to end

@@ -11,8 +11,8 @@ from harness.arch import detect
 from harness.cases import case_seed
 from harness.checks import CaseContext, CheckFailure, run_checks
 from harness.spec_check import resolve_import
+from tests.e2e import write_spec
 from tests.planted import broken_kernels
-from tests.spec_files import write_spec
 
 ALL_LAYOUTS = '["padded", "strided", "transposed"]'
 

@@ -8,7 +8,7 @@ from harness import spec as spec_mod
 from harness.arch import detect
 from harness.bench import Job, Reference, check_provider
 from harness.providers import Provider
-from tests.spec_files import write_spec
+from tests.e2e import write_spec
 
 KERNELS = "tests.planted.broken_kernels:"
 

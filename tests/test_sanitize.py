@@ -16,18 +16,10 @@ import torch
 
 from harness import cli_sanitize
 from harness.cli import main
-from tests.spec_files import REPO, write_spec
+from tests.e2e import REPO, alive, write_spec
 
 GOOD = "tests.planted.broken_kernels:scale"
 PLANTED = "tests.planted.sanitizer_kernels:"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def sanitize(tmp_path, *args, env=None, timeout=300):
@@ -90,9 +82,9 @@ def test_timeout_ends_the_sanitizer_and_everything_it_started(tmp_path, fake):
     assert verdicts(run.stdout) == {("scale", "memcheck"): "TIMEOUT"}
     pids = [int(p) for p in pidfile.read_text().split()]
     deadline = time.monotonic() + 5
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
+    while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(map(_alive, pids)), "the sanitized process group outlived its timeout"
+    assert not any(map(alive, pids)), "the sanitized process group outlived its timeout"
 
 
 def test_bad_options_are_one_line_errors(monkeypatch, capsys):

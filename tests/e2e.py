@@ -1,7 +1,9 @@
-"""Spec files for the end-to-end tests, made from the planted-kernel template tests/specs/scale.toml."""
+"""Helpers of the end-to-end tests: spec files from the planted-kernel template tests/specs/scale.toml, and
+whether a process is still alive."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,3 +22,11 @@ def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None =
     path = directory / f"{name}.toml"
     path.write_text(text + extra)
     return path
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
