@@ -1,6 +1,9 @@
-"""Document surgery shared by the property-based tests: walking nested dicts/lists by key path."""
+"""Document surgery shared by the property-based tests: walking nested dicts/lists by key path, and byte
+splicing (insert, delete, truncate, replace, optionally duplicate a line) for files that no longer parse."""
 
 from __future__ import annotations
+
+from hypothesis import strategies as st
 
 
 def walk(node, path=()):
@@ -58,3 +61,26 @@ def structural_mutation(data, doc, op: str, keys, values) -> bool:
     else:
         return False
     return True
+
+
+def splice_bytes(draw, text: bytes, snippets, *, max_ops: int, max_insert: int, max_delete: int,
+                 duplicate_lines: bool = False) -> bytes:
+    """1..max_ops byte edits of `text` at random offsets, drawn with `draw`; snippets are the format's tokens."""
+    buf = bytearray(text)
+    ops = ["insert", "delete", "truncate"] + (["duplicate"] if duplicate_lines else []) + ["replace"]
+    for _ in range(draw(st.integers(1, max_ops))):
+        i = draw(st.integers(0, len(buf)))
+        op = draw(st.sampled_from(ops))
+        if op == "insert":
+            buf[i:i] = draw(st.one_of(st.sampled_from(snippets), st.binary(min_size=1, max_size=max_insert)))
+        elif op == "delete":
+            del buf[i:i + draw(st.integers(1, max_delete))]
+        elif op == "truncate":
+            del buf[i:]
+        elif op == "duplicate":
+            start = buf.rfind(b"\n", 0, i) + 1
+            end = buf.find(b"\n", i)
+            buf[start:start] = buf[start:end + 1 if end >= 0 else len(buf)]
+        else:
+            buf[i:i + 1] = draw(st.sampled_from(snippets))
+    return bytes(buf)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from harness.cli import main
 from harness.report import render
 from harness.results import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
-from tests.fuzz_docs import get, structural_mutation, walk
+from tests.fuzz_docs import get, splice_bytes, structural_mutation, walk
 
 VERSION = b'{"schema_version": ' + str(SCHEMA_VERSION).encode()  # the start of a record of this schema
 
@@ -323,19 +323,7 @@ SNIPPETS = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"\n", b"\r", b"\xf
 
 @st.composite
 def spliced(draw, text: bytes) -> bytes:
-    buf = bytearray(text)
-    for _ in range(draw(st.integers(1, 3))):
-        i = draw(st.integers(0, len(buf)))
-        op = draw(st.sampled_from(["insert", "delete", "truncate", "replace"]))
-        if op == "insert":
-            buf[i:i] = draw(st.one_of(st.sampled_from(SNIPPETS), st.binary(min_size=1, max_size=6)))
-        elif op == "delete":
-            del buf[i:i + draw(st.integers(1, 30))]
-        elif op == "truncate":
-            del buf[i:]
-        else:
-            buf[i:i + 1] = draw(st.sampled_from(SNIPPETS))
-    return bytes(buf)
+    return splice_bytes(draw, text, SNIPPETS, max_ops=3, max_insert=6, max_delete=30)
 
 
 @FUZZ

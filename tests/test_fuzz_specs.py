@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from harness.arch import use_interpreter_if_no_gpu
 from harness.cli import main
 from harness.spec import load
-from tests.fuzz_docs import parent, structural_mutation, walk
+from tests.fuzz_docs import parent, splice_bytes, structural_mutation, walk
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -420,24 +420,8 @@ BYTE_SNIPPETS = [b"[", b"]", b"[[", b"]]", b"=", b'"', b"'''", b"\n", b"\r", b"\
 
 @st.composite
 def corrupted(draw) -> bytes:
-    text = bytearray(toml_dumps(BASES[draw(st.sampled_from(sorted(BASES)))]()).encode())
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(text)))
-        op = draw(st.sampled_from(["insert", "delete", "truncate", "duplicate", "replace"]))
-        if op == "insert":
-            text[i:i] = draw(st.one_of(st.sampled_from(BYTE_SNIPPETS), st.binary(min_size=1, max_size=8)))
-        elif op == "delete":
-            del text[i:i + draw(st.integers(1, 40))]
-        elif op == "truncate":
-            del text[i:]
-        elif op == "duplicate":
-            start = text.rfind(b"\n", 0, i) + 1
-            end = text.find(b"\n", i)
-            line = text[start:end + 1 if end >= 0 else len(text)]
-            text[start:start] = line
-        else:
-            text[i:i + 1] = draw(st.sampled_from(BYTE_SNIPPETS))
-    return bytes(text)
+    text = toml_dumps(BASES[draw(st.sampled_from(sorted(BASES)))]()).encode()
+    return splice_bytes(draw, text, BYTE_SNIPPETS, max_ops=4, max_insert=8, max_delete=40, duplicate_lines=True)
 
 
 WHOLE_FILES = st.one_of(
