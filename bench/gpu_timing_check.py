@@ -137,8 +137,8 @@ def run_ncu(rows: int, timeout_s: float) -> dict:
 
 
 def engine_case(fn, method: str, cfg_kwargs: dict) -> dict:
-    from harness.engine import TimingConfig, measure
-    from harness.stats import summarize
+    from harness.timing.engine import TimingConfig, measure
+    from harness.timing.stats import summarize
 
     m = measure(fn, device="cuda", config=TimingConfig(method=method, **cfg_kwargs))
     return {"method_requested": method, "method": m.method, "stop_reason": m.stop_reason,
@@ -178,7 +178,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU", file=sys.stderr)
         return 2
-    from harness.environment import collect_environment
+    from harness.timing.environment import collect_environment
 
     t_start = time.perf_counter()
     left = lambda: BUDGET_S - (time.perf_counter() - t_start)
@@ -197,7 +197,7 @@ def main() -> int:
             note(f"{what} FAILED: {type(exc).__name__}: {exc}")
             return None
 
-    from harness.engine import TimingConfig
+    from harness.timing.engine import TimingConfig
 
     results["environment"] = guarded("environment", lambda: collect_environment(device="cuda",
                                                                                 timing=TimingConfig(**cfg)))
@@ -232,7 +232,7 @@ def main() -> int:
     results["repeatability"] = {"medians_us": medians, "spread_pct": spread}
     note(f"repeatability: {len(medians)} runs, spread {_fmt(spread)}%")
     if not args.no_ceilings and left() > 30:
-        from harness.ceilings import measure_ceilings
+        from harness.timing.ceilings import measure_ceilings
 
         ceil = guarded("ceilings", lambda: measure_ceilings("cuda", refresh=True))
         results["ceilings"] = dataclasses.asdict(ceil) if ceil else None

@@ -1,5 +1,5 @@
 """``python -m harness``: the command line."""
 
-from harness.cli import main
+from harness.cli.main import main
 
 raise SystemExit(main())

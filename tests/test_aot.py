@@ -19,7 +19,8 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from harness import aot, cudabuild
+from harness.aot import nvcc as cudabuild
+from harness.aot import triton as aot
 from tests.planted import aot_kernels, sanitizer_kernels
 
 ARCHS = ("sm_80", "sm_90", "sm_100")

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from harness import ceilings as ceil_mod
-from harness import spec as spec_mod
-from harness.bench import roofline
-from harness.cases import full_env
-from harness.ceilings import PATTERNS, Ceilings, measure_ceilings, memory_ceiling
+from harness.bench.roofline import roofline
+from harness.correctness.args import full_env
+from harness.spec.load import load as load_spec
+from harness.timing import ceilings as ceil_mod
+from harness.timing.ceilings import PATTERNS, Ceilings, measure_ceilings, memory_ceiling
 from tests.e2e import write_spec
 
 # SYNTHETIC bandwidths (GB/s), shaped like HBM: reads outrun writes.
@@ -46,7 +46,7 @@ def test_roofline_uses_the_bandwidth_at_the_kernels_read_share(tmp_path):
     text = write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale").read_text()
     head, _, _ = text.partition("[roofline]")
     (tmp_path / "scale.toml").write_text(head + split)
-    spec = spec_mod.load(tmp_path / "scale.toml")
+    spec = load_spec(tmp_path / "scale.toml")
     env = full_env(spec, spec.cases["ci"][0], "bf16")
     c = Ceilings("synthetic", "n/a", BW["copy"], BW, {"bf16": 700.0}, {}, "synthetic", "now", False)
     nbytes = float(spec.roofline.bytes(env))
@@ -57,7 +57,7 @@ def test_roofline_uses_the_bandwidth_at_the_kernels_read_share(tmp_path):
     out = roofline(spec, env, median_us, c, "bf16")
     assert out["ceiling_gbps"] == pytest.approx(expected) and out["pct_roofline"] == pytest.approx(100.0)
     assert expected != pytest.approx(BW["copy"])  # the read-heavy mix is not judged against a copy
-    plain = roofline(spec_mod.load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale")), env,
+    plain = roofline(load_spec(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale")), env,
                      median_us, c, "bf16")
     assert plain["ceiling_gbps"] == BW["copy"]
 

@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-from harness import clocks, engine
-from harness.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans, split_throttled
-from harness.engine import Measurement, TimingConfig, measure
-from harness.environment import llc_bytes
+from harness.timing import clocks, engine
+from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans, split_throttled
+from harness.timing.engine import Measurement, TimingConfig, measure
+from harness.timing.environment import llc_bytes
 
 STOPS = {"rsd", "noise-stable", "timeout", "max-samples"}
 

@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.report import render
-from harness.results import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
+from harness.results.model import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
 from tests.fuzz_docs import get, splice_bytes, structural_mutation, walk
 
 VERSION = b'{"schema_version": ' + str(SCHEMA_VERSION).encode()  # the start of a record of this schema

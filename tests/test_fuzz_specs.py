@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from harness.arch import use_interpreter_if_no_gpu
-from harness.cli import main
-from harness.spec import load
+from harness.cli.main import main
+from harness.spec.imports import use_interpreter_if_no_gpu
+from harness.spec.load import load
 from tests.fuzz_docs import parent, splice_bytes, structural_mutation, walk
 
 if sys.version_info >= (3, 11):

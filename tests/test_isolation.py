@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 
-from harness import spec as spec_mod
-from harness.workers import Task, WorkerPool
+from harness.spec.load import load as load_spec
+from harness.workers.pool import Task, WorkerPool
 from tests.e2e import REPO, alive, write_spec
 from tests.planted.faulty_kernels import RAISE_MESSAGE
 
@@ -90,7 +90,7 @@ def test_pytest_isolate_reports_each_fault_and_the_good_kernel_passes(pytester, 
     monkeypatch.setenv("COLUMNS", "400")  # the short summary keeps each failure's first line whole
     specs = pytester.path / "specs"
     specs.mkdir()
-    good = spec_mod.load(write_spec(specs, "scale", GOOD))
+    good = load_spec(write_spec(specs, "scale", GOOD))
     for name, (kernel, _) in FAULTS.items():
         write_spec(specs, name, FAULTY + kernel, timeout=FAULT_TIMEOUT_S)
     # One case per faulty kernel (each crash costs a fresh worker); every fp32 case of the good one. The
@@ -138,7 +138,7 @@ def test_out_of_bounds_read_poisons_only_its_worker(pytester, monkeypatch):
     specs = pytester.path / "specs"
     specs.mkdir()
     write_spec(specs, "faulty_oob", FAULTY + "out_of_bounds", timeout=30)
-    good = spec_mod.load(write_spec(specs, "scale", GOOD))
+    good = load_spec(write_spec(specs, "scale", GOOD))
     result = pytester.runpytest_subprocess("--specs", "specs", "--isolate", "--dtype", "fp32", "-p",
                                            "no:cacheprovider", f"specs/faulty_oob.toml::faulty_oob[triton-fp32-"
                                            f"{CI_CASE}]", "specs/scale.toml", timeout=300)

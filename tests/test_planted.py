@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import spec as spec_mod
-from harness.arch import detect
-from harness.cases import case_seed
-from harness.checks import CaseContext, CheckFailure, run_checks
-from harness.spec_check import resolve_import
+from harness.correctness.args import case_seed
+from harness.correctness.checks import CaseContext, CheckFailure, run_checks
+from harness.spec.imports import resolve_import
+from harness.spec.load import load as load_spec
+from harness.target.device import detect
 from tests.e2e import write_spec
 from tests.planted import broken_kernels
 
@@ -18,7 +18,7 @@ ALL_LAYOUTS = '["padded", "strided", "transposed"]'
 
 
 def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
-    return spec_mod.load(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
+    return load_spec(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
 
 
 def run_all(spec, dtypes=("fp32", "bf16")) -> dict[str, list[str]]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness import spec as spec_mod
-from harness.arch import detect
-from harness.bench import Job, Reference, check_provider
-from harness.providers import Provider
+from harness.bench.plan import Job
+from harness.bench.run import Reference, check_provider
+from harness.spec.load import load as load_spec
+from harness.target.device import detect
+from harness.target.providers import Provider
 from tests.e2e import write_spec
 
 KERNELS = "tests.planted.broken_kernels:"
@@ -15,7 +16,7 @@ KERNELS = "tests.planted.broken_kernels:"
 
 @pytest.fixture
 def spec(tmp_path):
-    return spec_mod.load(write_spec(tmp_path, "scale", KERNELS + "scale"))
+    return load_spec(write_spec(tmp_path, "scale", KERNELS + "scale"))
 
 
 def _check(spec, impl: str) -> str:

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.pbexport import to_pytest_benchmark, write_pytest_benchmark
-from harness.report import render_report
-from harness.report.render import interval, num
-from harness.results import write_results
+from harness.report.render import interval, num, render_report
+from harness.results.io import write_results
+from harness.results.pbexport import to_pytest_benchmark, write_pytest_benchmark
 
 # the synthetic builder lives beside the results tests; load it by path so any pytest import mode works
 _spec = importlib.util.spec_from_file_location("_synthetic", Path(__file__).with_name("test_results.py"))

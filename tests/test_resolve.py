@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness import resolve as resolve_mod
-from harness.arch import fake_device, parse_rule
-from harness.cli import main
-from harness.resolve import resolve
+from harness.cli.main import main
+from harness.spec.archs import parse_rule
+from harness.target import resolve as resolve_mod
+from harness.target.device import fake_device
+from harness.target.resolve import resolve
 from tests.test_planted import make_spec
 
 CUDA_BACKEND = """
@@ -25,9 +26,9 @@ def spec_with_cuda(tmp_path, tool="sh", triton_arch='["cpu", ">=sm_80"]'):
     text = text.replace('fallback = ["triton", "reference"]', 'fallback = ["cuda", "triton", "reference"]')
     text = text.replace('arch = ["cpu", ">=sm_80"]', f"arch = {triton_arch}")
     (tmp_path / "scale.toml").write_text(text + CUDA_BACKEND.replace("{tool}", tool))
-    from harness import spec as spec_mod
+    from harness.spec.load import load as load_spec
 
-    return spec_mod.load(tmp_path / "scale.toml")
+    return load_spec(tmp_path / "scale.toml")
 
 
 def selected(statuses):

@@ -15,7 +15,9 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from harness.results import (
+from harness.results.io import append_case, flat_case, results_frame, write_results
+from harness.results.load import load_partial, load_results
+from harness.results.model import (
     SCHEMA_VERSION,
     STATS_KEYS,
     ArchRow,
@@ -23,13 +25,7 @@ from harness.results import (
     Results,
     ResultsError,
     Waiver,
-    append_case,
-    flat_case,
-    load_partial,
-    load_results,
-    results_frame,
     to_json,
-    write_results,
 )
 
 PROVIDERS = (("triton", "triton", "candidate"), ("reference", "reference", "baseline"),

@@ -14,8 +14,8 @@ import time
 import pytest
 import torch
 
-from harness import cli_sanitize
-from harness.cli import main
+from harness.cli import sanitize as cli_sanitize
+from harness.cli.main import main
 from tests.e2e import REPO, alive, write_spec
 
 GOOD = "tests.planted.broken_kernels:scale"

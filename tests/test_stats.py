@@ -9,8 +9,8 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from harness.engine import TimingConfig
-from harness.stats import Stats, StoppingRule, speedup, stats_frame, summarize
+from harness.timing.engine import TimingConfig
+from harness.timing.stats import Stats, StoppingRule, speedup, stats_frame, summarize
 
 
 def test_summarize_matches_numpy():

@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.results import CaseResult, Results
+from harness.results.model import CaseResult, Results
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
 LOG_SPREAD = 10.0  # a panel whose slowest sample is this many times its fastest gets a log axis

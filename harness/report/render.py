@@ -15,7 +15,9 @@ import jinja2
 
 from harness import __version__
 from harness.report.plots import Plots, render_plots, shape_label
-from harness.results import CaseResult, Results, atomic_write_text, load_results
+from harness.results.io import atomic_write_text
+from harness.results.load import load_results
+from harness.results.model import CaseResult, Results
 
 TEMPLATES = Path(__file__).parent / "templates"
 BASELINE_ORDER = ("reference", "torch.compile")

@@ -1,0 +1,150 @@
+"""The benchmark: ``load_specs -> resolve -> plan -> run -> render``, each a small typed step.
+
+Every provider's output is checked against the upcast reference before it is timed: a wrong provider
+is reported as wrong, never as the fastest. Each finished case is appended to ``cases.jsonl`` at once,
+so an interrupted run leaves a renderable partial result.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+from harness.bench.plan import Job
+from harness.bench.roofline import roofline
+from harness.correctness.args import (
+    TORCH_DTYPES,
+    case_seed,
+    clone_args,
+    full_env,
+    make_args,
+    poisoned_mask,
+    reference_dtype,
+)
+from harness.correctness.checks import mismatch, sync
+from harness.results.model import CaseResult
+from harness.spec.model import Case, Spec
+from harness.target.device import Device
+
+
+class Reference:
+    """The upcast reference result of one (kernel, case, dtype), computed once and shared by providers."""
+
+    def __init__(self):
+        self._cache: dict[tuple, dict] = {}
+
+    def get(self, spec: Spec, case: Case, dtype: str, device: Device, seed: int) -> dict:
+        key = (spec.name, case.id, dtype)
+        if key not in self._cache:
+            self._cache.clear()
+            from harness.spec.imports import resolve_import
+
+            args = make_args(spec, case, dtype, device.torch_device, seed)
+            ref_dtype = reference_dtype(TORCH_DTYPES[dtype])
+            ref = clone_args(args, layout="contiguous",
+                             dtype_map=lambda d: torch.promote_types(d, ref_dtype) if d.is_floating_point else d)
+            resolve_import(spec.reference)(**ref.kwargs())
+            sync(device.torch_device)
+            self._cache[key] = {t.name: ref.tensors[t.name] for t in spec.written}
+        return self._cache[key]
+
+
+def returned_outputs(spec: Spec, value) -> dict:
+    """What a provider returned, by written tensor name: {} for None (it wrote its arguments), a tensor for
+    the single written one, a tuple in `spec.written` order or a dict by name. Peers whose library returns
+    new tensors return them, so their timing holds no copy into the harness's buffers."""
+    names = [t.name for t in spec.written]
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if sorted(value) != sorted(names):
+            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
+                            f"{', '.join(names)}")
+        return dict(value)
+    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
+    if len(value) != len(names):
+        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
+    return dict(zip(names, value, strict=True))
+
+
+def check_provider(job: Job, fn: Callable, device: Device, reference: Reference, seed: int) -> str:
+    """'' when the provider's output matches the reference, else why not."""
+    spec = job.spec
+    args = make_args(spec, job.case, job.dtype, device.torch_device, seed)
+    returned = returned_outputs(spec, fn(**args.kwargs()))
+    sync(device.torch_device)
+    ref = reference.get(spec, job.case, job.dtype, device, seed)
+    for t in spec.outputs:
+        if t.name not in returned and poisoned_mask(args.tensors[t.name]).any():
+            return f"{t.name}: elements never written"
+    for t in spec.written:
+        got = returned.get(t.name, args.tensors[t.name])
+        if tuple(got.shape) != tuple(ref[t.name].shape):
+            return f"{t.name}: returned shape {tuple(got.shape)}, expected {tuple(ref[t.name].shape)}"
+        problem = mismatch(got, ref[t.name], spec.tolerance(job.dtype))
+        if problem:
+            return f"{t.name}: {problem}"
+    return ""
+
+
+def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, seed_base: int = 0) -> CaseResult:
+    from harness.timing.engine import measure
+    from harness.timing.stats import summarize
+
+    spec, case = job.spec, job.case
+    base = _base(job, seed_base)
+    seed = base["seed"]
+    if not job.provider.runnable:
+        return _empty(base, "skipped", job.provider.reason)
+    try:
+        fn = job.provider.load(spec)
+        wrong = check_provider(job, fn, device, reference, seed)
+        if wrong:
+            return _empty(base, "wrong", f"failed the correctness check before timing: {wrong}")
+        args = make_args(spec, case, job.dtype, device.torch_device, seed)
+        kwargs = args.kwargs()
+        m = measure(lambda: fn(**kwargs), device=device.torch_device, config=timing)
+    except Exception as exc:  # one provider's failure never takes the run down
+        text = str(exc).strip().splitlines()
+        return _empty(base, "error", f"{type(exc).__name__}: {text[0] if text else ''}"[:400])
+    st = summarize(m.samples_us, seed=seed)
+    env = full_env(spec, case, job.dtype)
+    roof = roofline(spec, env, st.median, ceilings, job.dtype)
+    warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
+    return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
+                      samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
+                      stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
+
+
+def _base(job: Job, seed_base: int) -> dict:
+    spec, case, p = job.spec, job.case, job.provider
+    return dict(kernel=spec.name, provider=p.name, backend=p.backend, role=p.role, dtype=job.dtype, case_id=case.id,
+                shape=case.values, headline=case.headline, seed=case_seed(spec, job.dtype, case, seed_base))
+
+
+def _empty(base: dict, status: str, reason: str) -> CaseResult:
+    return CaseResult(**base, status=status, reason=reason, method="", stop_reason="", samples_us=(), dropped_us=(),
+                      warm_us=(), stats=None, warm_median_us=None, bytes=None, flops=None, gbps=None, tflops=None,
+                      pct_roofline=None, bound=None, ceiling_gbps=None, target=None, verdict="n/a", speedups={})
+
+
+class Progress:
+    """One line per finished case with an ETA from the mean time per case so far."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.start, self.stream = total, 0, time.monotonic(), stream
+
+    def step(self, job: Job, result: CaseResult) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        if result.status == "ok":
+            cv = result.stats["cv"]
+            spread = f"cv {100 * cv:.2f}%" if cv is not None else "cv n/a"
+            what = f"{result.stats['median']:.2f} us (n={result.stats['n']}, {spread}, stop: {result.stop_reason})"
+        else:
+            what = f"{result.status}: {result.reason[:100]}"
+        print(f"[{self.done}/{self.total} eta {eta:5.0f}s] {job.label}: {what}", file=self.stream, flush=True)

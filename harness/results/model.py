@@ -1,0 +1,135 @@
+"""The results schema as frozen dataclasses; the CSV columns and the report derive from these fields."""
+
+from __future__ import annotations
+
+import functools
+import typing
+from dataclasses import dataclass, fields, is_dataclass
+
+SCHEMA_VERSION = 2  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps
+
+
+STATUSES = ("ok", "wrong", "error", "skipped")
+
+
+ROLES = ("candidate", "baseline", "peer")
+
+
+VERDICTS = ("pass", "below-target", "model-error", "n/a")
+
+
+BOUNDS = ("memory", "compute")
+
+
+ARCH_STATUSES = ("ran", "fallback", "skipped", "unavailable")
+
+
+STATS_KEYS = ("n", "min", "p5", "p25", "median", "p75", "p95", "max", "mean", "std", "cv", "iqr",
+              "median_ci_lo", "median_ci_hi", "outliers_low", "outliers_high")
+
+
+_STATS_REQUIRED_NUMBERS = ("n", "min", "median", "max")
+
+
+_STATS_INTS = ("n", "outliers_low", "outliers_high")
+
+
+class ResultsError(ValueError):
+    """A results file or record that does not match the schema; the message is one line."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(message.splitlines()))  # every line break, U+2028 and \x1e included
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One kernel x provider x dtype x case, measured (or not, with the reason)."""
+
+    kernel: str
+    provider: str                 # "triton", "cuda", "reference" (eager torch), "torch.compile", peers
+    backend: str                  # the backend that produced it: "triton", "cuda", "reference", "peer"
+    role: str                     # "candidate" | "baseline" | "peer"
+    dtype: str
+    case_id: str
+    shape: dict                   # symbol -> value
+    headline: bool
+    status: str                   # "ok" | "wrong" (failed the pre-timing check) | "error" | "skipped"
+    reason: str                   # why wrong/error/skipped; "" when ok
+    method: str                   # timing method, e.g. "cuda-events", "cupti", "host-timer"
+    stop_reason: str              # why sampling stopped
+    samples_us: tuple[float, ...]
+    dropped_us: tuple[float, ...]  # samples discarded as throttled
+    warm_us: tuple[float, ...]     # back-to-back launches, no flush
+    stats: dict | None            # STATS_KEYS over samples_us
+    warm_median_us: float | None
+    bytes: float | None
+    flops: float | None
+    gbps: float | None
+    tflops: float | None
+    pct_roofline: float | None    # percent of the measured roofline
+    bound: str | None             # "memory" | "compute"
+    ceiling_gbps: float | None    # the memory ceiling used: measured bandwidth at the case's read fraction
+    target: float | None          # fraction of the roofline the spec asks for
+    verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
+    speedups: dict                # other provider -> {"ratio", "lo", "hi"}; > 1: this one is faster
+    seed: int
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """The shape of each ``CaseResult.speedups`` value (kept as a plain dict there)."""
+
+    ratio: float                  # the other provider's median / this case's median
+    lo: float | None              # 95 % interval
+    hi: float | None
+
+
+@dataclass(frozen=True)
+class ArchRow:
+    """What happened for one kernel on one architecture."""
+
+    kernel: str
+    arch: str
+    backend: str                  # the backend that ran (or was tried)
+    status: str                   # "ran" | "fallback" | "skipped" | "unavailable"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """A loosened tolerance, waived check or skip, with its reason."""
+
+    kernel: str
+    what: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Results:
+    schema_version: int
+    environment: dict
+    ceilings: dict
+    cases: tuple[CaseResult, ...]
+    arch_matrix: tuple[ArchRow, ...]
+    waivers: tuple[Waiver, ...]
+    complete: bool
+
+
+def _plain(value):
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def to_json(results: Results | CaseResult) -> dict:
+    """A plain, JSON-ready dict (a deep copy): tuples become lists."""
+    return _plain(results)
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)

@@ -1,0 +1,118 @@
+"""Reading ``[cases]``: symbol defaults, constraints, explicit tiers and generated edge cases.
+
+Edge cases are generated, not listed: from a small ``base`` case, every symbol in ``vary`` takes each of
+its values (0, 1, odd and unaligned sizes), and the base case is repeated in every non-contiguous
+layout. Generated cases that break a constraint are dropped; explicit ones are errors.
+"""
+
+from __future__ import annotations
+
+from harness.spec import expr as ex
+from harness.spec.model import CASE_KEYS, LAYOUTS, TIERS, Case
+from harness.spec.schema import Reader, describe
+
+
+def read_cases(r: Reader, t: dict, layouts) -> tuple[dict, tuple, dict]:
+    r.keys(t, ["symbols", "constraints"] + list(TIERS), "cases")
+    symbols = {}
+    for name, value in r.table(t, "symbols", "cases").items():
+        if isinstance(value, (bool, int, float, str)):
+            try:
+                symbols[name] = ex.parse(value)
+            except ex.ExprError as exc:
+                r.problem(f"cases.symbols.{name}", f"bad expression: {exc}")
+        else:
+            r.problem(f"cases.symbols.{name}", f"expected a number, boolean or expression, got {describe(value)}")
+    constraints = []
+    for i, c in enumerate(r.str_list(t, "constraints", "cases")):
+        try:
+            constraints.append(ex.parse(c))
+        except ex.ExprError as exc:
+            r.problem(f"cases.constraints[{i}]", f"bad expression: {exc}")
+    cases: dict[str, tuple[Case, ...]] = {}
+    for tier in TIERS:
+        if tier == "edge":
+            cases[tier] = _edge(r, t.get("edge"), symbols, tuple(constraints))
+        elif tier in t:
+            items = t[tier]
+            if not isinstance(items, list):
+                r.problem(f"cases.{tier}", f"expected a list of tables ([[cases.{tier}]]), got {describe(items)}")
+                continue
+            cases[tier] = tuple(c for i, item in enumerate(items)
+                                if (c := _case(r, item, tier, f"cases.{tier}[{i}]")) is not None)
+        else:
+            cases[tier] = ()
+    headlines = [c for c in cases.get("bench", ()) if c.headline]
+    if len(headlines) > 1:
+        r.problem("cases.bench", f"{len(headlines)} cases say headline = true; at most one may")
+    return symbols, tuple(constraints), cases
+
+
+def _case(r: Reader, item, tier: str, key: str, extra: dict | None = None) -> Case | None:
+    if not isinstance(item, dict):
+        r.problem(key, f"expected a table of symbol values, got {describe(item)}")
+        return None
+    given = []
+    for name, value in {**item, **(extra or {})}.items():
+        if name in CASE_KEYS:
+            continue
+        if not isinstance(value, (bool, int, float)):
+            r.problem(f"{key}.{name}", f"expected a number or boolean, got {describe(value)}")
+            return None
+        given.append((name, value))
+    layout = r.get(item, "layout", str, key, default="contiguous")
+    if layout not in LAYOUTS + ("contiguous",):
+        r.problem(f"{key}.layout", f'unknown layout "{layout}" (one of contiguous, {", ".join(LAYOUTS)})')
+        return None
+    headline = r.get(item, "headline", bool, key, default=False)
+    if headline and tier != "bench":
+        r.problem(f"{key}.headline", "only bench cases can be the headline")
+    return Case(tier, tuple(given), layout, headline)
+
+
+def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
+    if t is None:
+        r.problem("cases.edge", "missing: every spec generates edge cases (0, 1, odd sizes, non-contiguous)")
+        return ()
+    if not isinstance(t, dict):
+        r.problem("cases.edge", f"expected a table with base, vary and extra, got {describe(t)}")
+        return ()
+    r.keys(t, ["base", "vary", "extra"], "cases.edge", required=["base"])
+    base_t = r.table(t, "base", "cases.edge", required=True)
+    base = _case(r, base_t, "edge", "cases.edge.base")
+    if base is None:
+        return ()
+    generated = []
+    for sym, values in r.table(t, "vary", "cases.edge").items():
+        if sym not in base.values:
+            r.problem(f"cases.edge.vary.{sym}", "varies a symbol the base case does not set")
+            continue
+        if not isinstance(values, list):
+            r.problem(f"cases.edge.vary.{sym}", f"expected a list of sizes, got {describe(values)}")
+            continue
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                r.problem(f"cases.edge.vary.{sym}", f"expected numbers, got {describe(v)}")
+                continue
+            generated.append(Case("edge", tuple((k, v if k == sym else b) for k, b in base.given)))
+    generated = [base] + [c for c in generated if _satisfies(c, symbols, constraints)]
+    generated += [Case("edge", base.given, lay) for lay in LAYOUTS]
+    extras = r.get(t, "extra", list, "cases.edge", default=[])
+    for i, item in enumerate(extras):
+        c = _case(r, item, "edge", f"cases.edge.extra[{i}]")
+        if c is not None:
+            generated.append(c)
+    seen, unique = set(), []
+    for c in generated:
+        if c.id not in seen:
+            seen.add(c.id)
+            unique.append(c)
+    return tuple(unique)
+
+
+def _satisfies(case: Case, symbols: dict, constraints: tuple) -> bool:
+    try:
+        env = ex.resolve_symbols(case.values, symbols)
+        return all(bool(c(env)) for c in constraints)
+    except ex.ExprError:
+        return True  # reported with its location by spec_check

@@ -1,0 +1,307 @@
+"""The spec model: ``specs/<name>.toml`` loaded and validated into frozen dataclasses.
+
+Loading never raises a traceback for a spec mistake: every problem becomes one line in a
+:class:`~harness.schema.SpecError`, ``"<file>: <key.path>: <message>"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import keyword
+import math
+import sys
+from pathlib import Path
+
+from harness.spec import expr as ex
+from harness.spec.archs import ArchError, parse_rule
+from harness.spec.schema import Reader, SpecError, describe, did_you_mean, one_line
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+from harness.spec.model import (
+    DEFAULT_TOLERANCES,
+    DISTRIBUTIONS,
+    DTYPES,
+    FLOAT_DTYPES,
+    LAYOUTS,
+    WAIVABLE,
+    Backend,
+    Distribution,
+    Peer,
+    Roofline,
+    Spec,
+    Tensor,
+    Tolerance,
+)
+
+
+def load(path: str | Path) -> Spec:
+    """Load and validate one spec; raise SpecError with every problem found."""
+    from harness.spec.semantics import check_semantics
+
+    path = str(path)
+    r = Reader(path)
+    try:
+        raw_bytes = Path(path).read_bytes()
+        raw = tomllib.loads(raw_bytes.decode("utf-8"))
+    except FileNotFoundError:
+        raise SpecError([f"{path}: file not found"]) from None
+    except OSError as exc:  # a folder, no permission
+        raise SpecError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, an integer too long for int()
+        raise SpecError([f"{path}: invalid TOML: {one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise SpecError([f"{path}: invalid TOML: nested too deeply"]) from None
+    spec = _build(r, raw, hashlib.sha256(raw_bytes).hexdigest())
+    if spec is not None and not r.problems:
+        check_semantics(r, spec)
+    if r.problems:
+        raise SpecError(r.problems)
+    return spec
+
+
+def load_all(paths) -> tuple[list[Spec], list[str]]:
+    specs, problems = [], []
+    for p in paths:
+        try:
+            specs.append(load(p))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+    return specs, problems
+
+
+def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
+    r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
+                 "cases", "roofline"], "", required=["kernel", "inputs", "cases"])
+    k = r.table(raw, "kernel", "")
+    r.keys(k, ["name", "summary", "reference", "dtypes", "layouts", "fallback", "timeout"], "kernel",
+           required=["name", "reference"])
+    name = r.get(k, "name", str, "kernel", default="")
+    if name and name != Path(r.path).stem:
+        r.problem("kernel.name", f'"{name}" must match the file name "{Path(r.path).stem}"')
+    dtypes = r.str_list(k, "dtypes", "kernel", default=("fp32", "fp16", "bf16"))
+    for i, d in enumerate(dtypes):
+        if d not in FLOAT_DTYPES:
+            r.problem(f"kernel.dtypes[{i}]", f'unknown dtype "{d}"{did_you_mean(d, FLOAT_DTYPES)}')
+    layouts = _layouts(r, k, "kernel", ())
+    backends = {n: _backend(r, n, b) for n, b in r.table(raw, "backends", "").items()
+                if _is_table(r, b, f"backends.{n}")}
+    if "reference" in backends:
+        r.problem("backends.reference", "is reserved: the reference backend is kernel.reference")
+    default_order = tuple(backends) + ("reference",)
+    fallback = r.str_list(k, "fallback", "kernel", default=default_order)
+    for i, b in enumerate(fallback):
+        if b != "reference" and b not in backends:
+            r.problem(f"kernel.fallback[{i}]", f'no backend "{b}"{did_you_mean(b, list(backends) + ["reference"])}')
+    peers = {}
+    for n, p in r.table(raw, "peers", "").items():
+        if _is_table(r, p, f"peers.{n}"):
+            r.keys(p, ["impl", "requires"], f"peers.{n}", required=["impl"])
+            peers[n] = Peer(n, _import_path(r, p, f"peers.{n}"), r.str_list(p, "requires", f"peers.{n}"))
+    params = {}
+    for n, p in r.table(raw, "params", "").items():
+        if _is_table(r, p, f"params.{n}"):
+            r.keys(p, ["value", "expr"], f"params.{n}")
+            if ("value" in p) == ("expr" in p):
+                r.problem(f"params.{n}", "give exactly one of value (a constant) or expr (an expression)")
+                continue
+            if "value" in p:
+                v = r.get(p, "value", (bool, int, float, str), f"params.{n}")
+                params[n] = ex.constant(v) if v is not None else None
+            else:
+                params[n] = _expr(r, p.get("expr"), f"params.{n}.expr")
+    tensors = [_tensor(r, n, t, False) for n, t in r.table(raw, "inputs", "", required=True).items()
+               if _is_table(r, t, f"inputs.{n}")]
+    tensors += [_tensor(r, n, t, True) for n, t in r.table(raw, "outputs", "").items()
+                if _is_table(r, t, f"outputs.{n}")]
+    _argument_names(r, raw)
+    if tensors and None not in tensors and not any(t.output or t.inplace for t in tensors):
+        r.problem("outputs", "the kernel writes nothing: declare [outputs] or an input with inplace = true")
+    tolerances = {d: _tolerance(r, d, t) for d, t in r.table(raw, "tolerance", "").items()
+                  if _is_table(r, t, f"tolerance.{d}")}
+    waivers = {}
+    for check, reason in r.table(raw, "waive", "").items():
+        if check not in WAIVABLE:
+            r.problem(f"waive.{check}",
+                      f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)})")
+        elif not isinstance(reason, str) or not reason.strip():
+            r.problem(f"waive.{check}", f"expected the reason as a non-empty string, got {describe(reason)}")
+        else:
+            waivers[check] = reason
+    from harness.spec.cases import read_cases
+
+    symbols, constraints, cases = read_cases(r, r.table(raw, "cases", "", required=True), layouts)
+    roofline = _roofline(r, raw["roofline"]) if isinstance(raw.get("roofline"), dict) else None
+    if "roofline" in raw and not isinstance(raw["roofline"], dict):
+        r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
+    if None in params.values() or any(t is None for t in tensors):
+        return None
+    return Spec(
+        path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
+        reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
+        fallback=fallback, backends=backends, peers=peers, params=params, tensors=tuple(tensors),
+        tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
+        roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
+    )
+
+
+def _timeout(r: Reader, k: dict) -> float:
+    timeout = r.get(k, "timeout", float, "kernel", default=120.0)
+    if not 0 < timeout < math.inf:
+        r.problem("kernel.timeout", f"must be a positive number of seconds, got {timeout}")
+    return timeout
+
+
+def _argument_names(r: Reader, raw: dict) -> None:
+    """Tensors and params are passed to the kernel as keyword arguments: identifiers, each name once."""
+    seen: dict[str, str] = {}
+    for section in ("inputs", "outputs", "params"):
+        table = raw.get(section)
+        for name in table if isinstance(table, dict) else ():
+            key = f"{section}.{name}"
+            if not name.isidentifier() or keyword.iskeyword(name):
+                r.problem(key, "not a Python identifier: every tensor and param is passed by its name "
+                               "as a keyword argument")
+            elif name in seen:
+                r.problem(key, f"{seen[name]} has the same name: every tensor and param is passed by its "
+                               "name as a keyword argument")
+            else:
+                seen[name] = key
+
+
+def _is_table(r: Reader, value, key: str) -> bool:
+    if not isinstance(value, dict):
+        r.problem(key, f"expected a table, got {describe(value)}")
+        return False
+    return True
+
+
+def _expr(r: Reader, source, key: str, functions=None) -> ex.Expr | None:
+    try:
+        return ex.parse(source, functions=functions)
+    except ex.ExprError as exc:
+        r.problem(key, f"bad expression: {exc}")
+        return None
+
+
+def _import_path(r: Reader, table: dict, where: str, name: str = "impl") -> str:
+    value = r.get(table, name, str, where, default="", required=name in ("impl", "reference"))
+    if value and (value.count(":") != 1 or not all(value.split(":"))):
+        r.problem(f"{where}.{name}", f'expected "package.module:function", got "{value}"')
+    return value
+
+
+def _layouts(r: Reader, table: dict, key: str, default) -> tuple[str, ...]:
+    layouts = r.str_list(table, "layouts", key, default=default)
+    for i, lay in enumerate(layouts):
+        if lay not in LAYOUTS:
+            r.problem(f"{key}.layouts[{i}]",
+                      f'unknown layout "{lay}"{did_you_mean(lay, LAYOUTS)} (one of {", ".join(LAYOUTS)})')
+    return layouts
+
+
+def _backend(r: Reader, name: str, b: dict) -> Backend:
+    key = f"backends.{name}"
+    r.keys(b, ["impl", "arch", "requires", "tools", "source", "build", "layouts"], key, required=["impl"])
+    arch = r.str_list(b, "arch", key)
+    for i, rule in enumerate(arch):
+        try:
+            parse_rule(rule)
+        except ArchError as exc:
+            r.problem(f"{key}.arch[{i}]", str(exc))
+    source = _import_path(r, b, key, "source") if "source" in b else None
+    build = _import_path(r, b, key, "build") if "build" in b else None
+    layouts = _layouts(r, b, key, ()) if "layouts" in b else None
+    return Backend(name, _import_path(r, b, key), arch, r.str_list(b, "requires", key),
+                   r.str_list(b, "tools", key), source, build, layouts)
+
+
+def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
+    key = f"{'outputs' if output else 'inputs'}.{name}"
+    allowed = ["shape", "dtype"] + ([] if output else ["values", "inplace", "contiguous"])
+    r.keys(t, allowed, key, required=["shape"])
+    shape = r.get(t, "shape", list, key, default=[])
+    dims = []
+    for i, d in enumerate(shape):
+        if isinstance(d, bool) or not isinstance(d, (str, int)):
+            r.problem(f"{key}.shape[{i}]", f"expected a symbol expression or an integer, got {describe(d)}")
+            continue
+        dims.append(_expr(r, d, f"{key}.shape[{i}]"))
+    dtype = r.get(t, "dtype", str, key, default="case")
+    if dtype != "case" and dtype not in DTYPES:
+        r.problem(f"{key}.dtype", f'unknown dtype "{dtype}"{did_you_mean(dtype, DTYPES)}')
+    is_float = dtype == "case" or dtype in FLOAT_DTYPES
+    # outputs are allocated and poisoned by the harness, never filled: they take no values
+    values = None if output else _distribution(r, t.get("values", "normal" if is_float else None),
+                                               f"{key}.values", is_float)
+    if None in dims or values is None and not output:
+        return None
+    return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()),
+                  r.get(t, "inplace", bool, key, default=False), r.get(t, "contiguous", bool, key, default=False),
+                  output)
+
+
+def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:
+    if source is None:
+        r.problem(key, 'integer tensors need explicit values, e.g. "randint(0, 100)"')
+        return None
+    e = _expr(r, source, key, functions=DISTRIBUTIONS)
+    if e is None:
+        return None
+    body = e.tree.body
+    kind, args = (body.id, ()) if isinstance(body, ex.ast.Name) else (
+        (body.func.id, body.args) if isinstance(body, ex.ast.Call) else (None, ()))
+    if kind not in DISTRIBUTIONS:
+        r.problem(key, f"expected one of {', '.join(DISTRIBUTIONS)} (with arguments), got {describe(source)}")
+        return None
+    if len(args) not in DISTRIBUTIONS[kind]:
+        r.problem(key, f"{kind} takes {' or '.join(map(str, DISTRIBUTIONS[kind]))} arguments, got {len(args)}")
+        return None
+    if kind == "randint" and is_float or kind != "randint" and not is_float:
+        r.problem(key, f"{kind} does not suit a {'floating' if is_float else 'integer'} tensor")
+        return None
+    return Distribution(kind, tuple(ex.parse(ex.ast.unparse(a)) for a in args))
+
+
+def _tolerance(r: Reader, dtype: str, t: dict) -> Tolerance:
+    key = f"tolerance.{dtype}"
+    if dtype not in FLOAT_DTYPES:
+        r.problem(key, f'unknown dtype "{dtype}"{did_you_mean(dtype, FLOAT_DTYPES)}')
+    r.keys(t, ["rtol", "atol", "reason"], key)
+    d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    rtol = r.get(t, "rtol", float, key, default=d_rtol)
+    atol = r.get(t, "atol", float, key, default=d_atol)
+    for n, v in (("rtol", rtol), ("atol", atol)):
+        if not 0 <= v < math.inf:
+            r.problem(f"{key}.{n}", f"must be a finite number >= 0, got {v}")
+    reason = r.get(t, "reason", str, key, default="").strip()
+    if (rtol > d_rtol or atol > d_atol) and not reason:
+        r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}) without a reason")
+    return Tolerance(rtol, atol, reason)
+
+
+def _roofline(r: Reader, t: dict) -> Roofline | None:
+    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target"], "roofline", required=["flops"])
+    split = [k for k in ("read_bytes", "write_bytes") if k in t]
+    if "bytes" in t and split:
+        r.problem(f"roofline.{split[0]}", "give bytes, or read_bytes and write_bytes, not both")
+        return None
+    if len(split) == 1:
+        other = "write_bytes" if split[0] == "read_bytes" else "read_bytes"
+        r.problem(f"roofline.{other}", f"required with {split[0]}")
+        return None
+    if "bytes" not in t and not split:
+        r.problem("roofline.bytes", "missing required key (or give read_bytes and write_bytes)")
+        return None
+    rd = _expr(r, t["read_bytes"], "roofline.read_bytes") if split else None
+    wr = _expr(r, t["write_bytes"], "roofline.write_bytes") if split else None
+    if split and not (rd and wr):
+        return None
+    b = _expr(r, f"({rd.source}) + ({wr.source})" if split else t["bytes"], "roofline.bytes")
+    f = _expr(r, t.get("flops", "0"), "roofline.flops")
+    target = r.get(t, "target", float, "roofline", default=0.0)
+    if not 0 <= target <= 1:
+        r.problem("roofline.target", f"must be a fraction in [0, 1], got {target}")
+    return Roofline(b, f, target, rd, wr) if b and f else None

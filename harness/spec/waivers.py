@@ -1,0 +1,21 @@
+"""Every loosened tolerance and waived check of a spec, with its reason, for test output and reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class WaiverLine:
+    kernel: str
+    what: str
+    reason: str
+
+
+def spec_waivers(spec: Spec) -> list[WaiverLine]:
+    lines = [WaiverLine(spec.name, f"tolerance {d} rtol={t.rtol:g} atol={t.atol:g}", t.reason)
+             for d, t in spec.tolerances.items() if t.loosened]
+    lines += [WaiverLine(spec.name, f"check {c} waived", r) for c, r in spec.waivers.items()]
+    return lines

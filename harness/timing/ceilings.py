@@ -1,0 +1,224 @@
+"""Measured ceilings of the machine a run is on: memory bandwidth by traffic mix, and dense matmul rate.
+
+Memory bandwidth depends on the mix of reads and writes (HBM streams a write-only fill slower than a
+copy, and a read-heavy mix faster), so it is measured for four patterns (write only, 1:1 copy, 2 reads :
+1 write, read only) and a kernel's roofline uses the bandwidth at its own read fraction
+(`memory_ceiling`). Rooflines are built on these, never on datasheet figures; the datasheet figure, where
+known, is shown beside as a reference (``Ceilings.datasheet``, the same keys as the measured ones).
+Results are cached as JSON per device name + driver + torch version, so a run measures them once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.timing.clocks import nvml_snapshot
+from harness.timing.engine import TimingConfig, measure
+from harness.timing.environment import cpu_model, driver_version, resolve_device
+from harness.timing.stats import summarize
+
+# Vendor datasheet figures (dense, no sparsity), keyed by torch's device name. References only.
+DATASHEET = {
+    "NVIDIA H200": {"copy_gbps": 4800.0,
+                    "matmul_tflops": {"bf16": 989.0, "fp16": 989.0, "tf32": 494.7, "fp32": 67.0}},
+    "NVIDIA H100 80GB HBM3": {"copy_gbps": 3350.0},
+    "NVIDIA A100-SXM4-80GB": {"copy_gbps": 2040.0, "matmul_tflops": {"bf16": 312.0}},
+}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
+_GPU = {"copy_bytes": 1 << 30, "matmul_n": 8192,
+        "copy_cfg": TimingConfig(min_samples=10, max_samples=200, min_time_s=0.05, timeout_s=5.0),
+        "matmul_cfg": TimingConfig(min_samples=5, max_samples=50, min_time_s=0.1, timeout_s=6.0)}
+_CPU = {"copy_bytes": 256 << 20, "matmul_n": 2048, "slow_matmul_n": 512, "slow_call_limit_s": 0.5,
+        "copy_cfg": TimingConfig(min_samples=5, max_samples=20, min_time_s=0.1, timeout_s=3.0),
+        "matmul_cfg": TimingConfig(min_samples=3, max_samples=10, min_time_s=0.1, timeout_s=3.0)}
+
+
+# Traffic patterns: name -> (fraction of the bytes moved that are reads, the mix). Each pattern is timed
+# with several probes (_bandwidth_gbps) and the fastest counts: a measured ceiling is the best this machine
+# was seen to do, and no single library op is the fastest way to stream every mix.
+PATTERNS = {
+    "fill": (0.0, "write only"),
+    "copy": (0.5, "1 read : 1 write"),
+    "add": (2 / 3, "2 reads : 1 write"),
+    "read": (1.0, "read only"),
+}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device: str
+    driver: str
+    copy_gbps: float                 # device-to-device copy, bytes read + bytes written
+    bandwidth_gbps: dict             # PATTERNS name -> GB/s (bytes read + bytes written)
+    matmul_tflops: dict              # dtype -> TFLOP/s ("bf16", "fp16", "tf32", "fp32")
+    datasheet: dict                  # datasheet figures, same keys ({} when the device is not listed)
+    method: str
+    measured_at: str
+    cached: bool
+
+
+def _driver(dev: torch.device) -> str:
+    if dev.type != "cuda":
+        return "n/a (cpu)"
+    return driver_version(nvml_snapshot(dev)) or "unknown"
+
+
+def _cache_path(cache_dir, key: dict) -> Path:
+    root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "kernel-harness"
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", key["device"]).strip("-").lower()[:40]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return root / f"ceilings-{slug}-{digest}.json"
+
+
+def _load(path: Path, key: dict) -> Ceilings | None:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key:
+            return None
+        fields = {f.name for f in dataclasses.fields(Ceilings)} - {"cached"}
+        return Ceilings(**{k: data[k] for k in fields}, cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable or from another schema: measure again
+
+
+def _save(path: Path, key: dict, ceilings: Ceilings) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"key": key, **{k: v for k, v in dataclasses.asdict(ceilings).items() if k != "cached"}}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _median_us(fn, dev, cfg) -> tuple[float, str]:
+    m = measure(fn, device=dev, config=cfg)
+    return summarize(m.samples_us).median, m.method
+
+
+def _bandwidth_gbps(dev, sizes) -> tuple[dict, str]:
+    """GB/s of each traffic pattern (its fastest probe), over buffers of sizes["copy_bytes"] each."""
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    n = sizes["copy_bytes"] // torch.empty((), dtype=dtype).element_size()
+    gen = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, dtype=dtype, device=dev, generator=gen)
+    b = torch.randn(n, dtype=dtype, device=dev, generator=gen)
+    c = torch.empty_like(a)
+    rows = a.view(-1, 4096)  # n is a multiple of 4096: copy_bytes is a power of two
+    nbytes = n * a.element_size()
+    probes = {
+        "fill": {"fill_": lambda: c.fill_(1.0), "zero_": lambda: c.zero_()},
+        "copy": {"copy_": lambda: c.copy_(a), "neg": lambda: torch.neg(a, out=c)},
+        "add": {"add": lambda: torch.add(a, b, out=c), "maximum": lambda: torch.maximum(a, b, out=c)},
+        "read": {"sum": lambda: torch.sum(a), "amax": lambda: torch.amax(a), "row sums": lambda: rows.sum(dim=1)},
+    }
+    moved = {"fill": nbytes, "copy": 2 * nbytes, "add": 3 * nbytes, "read": nbytes}
+    out, won, method = {}, [], ""
+    for name, fns in probes.items():
+        best = None
+        for label, fn in fns.items():
+            median, method = _median_us(fn, dev, sizes["copy_cfg"])
+            if not math.isfinite(median):
+                # An idle GPU ramps its clock during the first runs; those samples are dropped as throttled
+                # and can leave none. Measure again, now that the clock is up.
+                median, method = _median_us(fn, dev, sizes["copy_cfg"])
+            gbps = moved[name] / median / 1e3
+            if math.isfinite(gbps) and (best is None or gbps > best[0]):
+                best = (gbps, label)
+        out[name] = best[0] if best else math.nan
+        won.append(f"{name} = {PATTERNS[name][1]}: {', '.join(fns)} (fastest: {best[1] if best else 'none'})")
+    note = (f"bandwidth: {nbytes} bytes of {str(dtype)[6:]} per buffer, GB/s = (read + written) / median "
+            f"({method}), the fastest probe of each pattern; " + ", ".join(won))
+    return out, note
+
+
+def memory_ceiling(bandwidth: dict, read_fraction: float | None, copy_gbps: float | None = None) -> float | None:
+    """The bandwidth (GB/s) a kernel whose traffic is `read_fraction` reads can reach.
+
+    Time per byte is interpolated linearly in the read fraction between the measured patterns (exact at
+    each of them; between two, what a kernel mixing their traffic in proportion would take), clamped at
+    the ends. Without a read fraction, or without pattern measurements, the copy bandwidth.
+    """
+    points = sorted((PATTERNS[k][0], v) for k, v in (bandwidth or {}).items()
+                    if k in PATTERNS and v and math.isfinite(v) and v > 0)
+    if read_fraction is None or not points:
+        copy = copy_gbps if copy_gbps is not None else (bandwidth or {}).get("copy")
+        return copy if copy and math.isfinite(copy) else None
+    f = min(max(read_fraction, points[0][0]), points[-1][0])
+    for (f0, g0), (f1, g1) in zip(points, points[1:], strict=False):
+        if f0 <= f <= f1:
+            w = (f - f0) / (f1 - f0)
+            return 1.0 / ((1 - w) / g0 + w / g1)
+    return points[0][1]  # a single measured pattern
+
+
+def _matmul_tflops(dev, sizes) -> tuple[dict, list[str]]:
+    out, notes = {}, []
+    previous = torch.get_float32_matmul_precision()
+    try:
+        for name, dtype in _DTYPES.items():
+            n = sizes["matmul_n"]
+            torch.set_float32_matmul_precision("high" if name == "tf32" else "highest")
+            if dev.type == "cpu":
+                if name == "tf32":
+                    continue  # no TF32 on a CPU
+                if dtype != torch.float32:
+                    n = sizes["slow_matmul_n"]  # CPU half-precision matmul is slow (no AMX/AVX512-BF16)
+                    a = torch.randn(n, n, dtype=dtype)
+                    t = time.perf_counter()
+                    torch.mm(a, a)
+                    if time.perf_counter() - t > sizes["slow_call_limit_s"]:
+                        notes.append(f"{name}: skipped, one {n}^3 product took over "
+                                     f"{sizes['slow_call_limit_s']} s")
+                        continue
+            gen = torch.Generator(device=dev).manual_seed(0)
+            a = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)  # random: zeros run faster
+            b = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)
+            c = torch.empty(n, n, dtype=dtype, device=dev)
+            median, method = _median_us(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), dev, sizes["matmul_cfg"])
+            out[name] = 2.0 * n ** 3 / median / 1e6
+            notes.append(f"{name}: {n}^3 torch.mm on random normal data ({method})")
+            del a, b, c  # free before the next dtype's buffers
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    return out, notes
+
+
+def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> Ceilings:
+    """Bandwidth per traffic pattern and matmul TFLOP/s of ``device`` (default: the current GPU, else the CPU)."""
+    dev = resolve_device(device)
+    name = torch.cuda.get_device_properties(dev).name if dev.type == "cuda" else cpu_model()
+    key = {"device": name, "driver": _driver(dev), "torch": torch.__version__}
+    path = _cache_path(cache_dir, key)
+    if not refresh and (hit := _load(path, key)) is not None:
+        return hit
+    sizes = _GPU if dev.type == "cuda" else _CPU
+    bandwidth, copy_note = _bandwidth_gbps(dev, sizes)
+    copy_gbps = bandwidth["copy"]
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    tflops, notes = _matmul_tflops(dev, sizes)
+    ceilings = Ceilings(
+        device=name, driver=key["driver"], copy_gbps=copy_gbps, bandwidth_gbps=bandwidth, matmul_tflops=tflops,
+        datasheet=DATASHEET.get(name, {}),
+        method="; ".join([f"median of the timing engine's cold samples; {copy_note}", *notes,
+                          "datasheet figures are vendor references, not measurements"]),
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cached=False,
+    )
+    if all(math.isfinite(v) for v in [*bandwidth.values(), *tflops.values()]):
+        _save(path, key, ceilings)  # never cache a failed measurement
+    return ceilings

@@ -1,0 +1,120 @@
+"""The worker process's side of :mod:`harness.workers`: set up like the parent, then run tasks until told to stop.
+
+Kept apart from the pool so that what a freshly spawned worker imports before its first task is small, and
+nothing here imports torch before ``CUDA_VISIBLE_DEVICES`` is set.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from harness.importpath import resolve
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+# Texts that mean the CUDA context is gone (torch.AcceleratorError, formerly RuntimeError "CUDA error: ...").
+CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "AcceleratorError", "cudaErrorIllegalAddress",
+                      "device-side assert", "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS")
+TRACEBACK_MARKER = "\nTraceback (innermost frames):\n"
+
+
+def mentions_cuda_error(text: str) -> bool:
+    return any(m in text for m in CUDA_ERROR_MARKERS)
+
+
+def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | None) -> None:
+    """The worker's life: redirect output to the log, set up, say ready, run tasks until None or EOF."""
+    # fd-level redirect, so a segfault's or abort's message (C code, faulthandler) lands in the log too.
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then stops us
+    faulthandler.enable(all_threads=False)  # the task runs on the main thread; the others are ours
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=False)
+    os.environ.update(env)  # before CUDA is initialised: it reads CUDA_VISIBLE_DEVICES once
+    for root in (os.getcwd(), REPO_ROOT):
+        if root not in sys.path:  # spawn copied the parent's sys.path; this makes kernels.*, tests.* importable
+            sys.path.append(root)  # even from a parent that found them through its rootdir or cwd
+    _exit_with_parent(os.getppid(), log_path)
+    try:
+        if initializer:
+            resolve(initializer)(device)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        fn, kwargs = msg
+        start = time.perf_counter()
+        try:
+            value, status, error = resolve(fn)(**kwargs), "ok", ""
+        except BaseException as exc:  # SystemExit/KeyboardInterrupt from a kernel are its failure too
+            value, status, error = None, "error", _format_exception(exc)
+            del exc
+        duration = time.perf_counter() - start
+        poisoned = _cuda_poisoned(error or _text(value))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            conn.send(("done", status, value, error, poisoned, duration))
+        except Exception as exc:
+            conn.send(("done", "error", None, f"the task's result could not be sent back: {type(exc).__name__}: "
+                                              f"{exc}", poisoned, duration))
+
+
+def _format_exception(exc: BaseException) -> str:
+    head = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the task inward
+    frames = "".join(traceback.format_tb(tb or exc.__traceback__, limit=-6)).rstrip()
+    return f"{head}{TRACEBACK_MARKER}{frames}"
+
+
+def _text(value) -> str:
+    try:
+        return repr(value)[:200_000]
+    except Exception:
+        return ""
+
+
+def _cuda_poisoned(text: str) -> bool:
+    """Whether this process's CUDA context is unusable: the task said so, or a synchronize fails."""
+    if mentions_cuda_error(text):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    try:  # errors like an illegal address are sticky: every later call reports them
+        torch.cuda.synchronize()
+    except Exception:
+        return True
+    return False
+
+
+def _exit_with_parent(ppid: int, log_path: str) -> None:
+    """A SIGKILLed parent runs no cleanup: the worker notices it is orphaned and exits by itself."""
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != ppid:
+                try:
+                    os.unlink(log_path)  # the parent would have, after reading it
+                except OSError:
+                    pass
+                os._exit(70)
+
+    threading.Thread(target=watch, name="harness-parent-watch", daemon=True).start()

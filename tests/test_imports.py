@@ -1,0 +1,133 @@
+"""The package's shape is enforced: every module imports alone, no import cycles, packages import downward only."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+
+ROOT = Path(harness.__file__).resolve().parent
+# A package may import only the packages named here (and the root modules: harness, harness.importpath).
+# The order follows docs/architecture.md: spec at the bottom, cli at the top.
+ALLOWED = {
+    "spec": set(),
+    "workers": set(),
+    "target": {"spec"},
+    "timing": {"target", "spec"},
+    "correctness": {"spec", "target", "workers"},
+    "results": {"spec"},
+    "report": {"results", "spec"},
+    "aot": {"spec", "target"},
+    "bench": {"spec", "target", "correctness", "timing", "results", "workers"},
+    "gate": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "report"},
+    "plugin": {"spec", "target", "correctness", "timing", "results", "workers", "bench"},
+    "cli": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "gate", "report", "aot"},
+}
+ROOT_MODULES = {"harness", "harness.importpath", "harness.__main__"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        parts = ("harness",) + p.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts).removesuffix(".__init__")
+        out[name] = p
+    return out
+
+
+def import_edges() -> dict[str, set[str]]:
+    """module -> harness modules it imports, at the top or inside functions (a lazy import is still an edge)."""
+    mods = modules()
+    edges = {m: set() for m in mods}
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("harness"):
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    edges[m].add(sub if sub in mods else node.module)
+            elif isinstance(node, ast.Import):
+                edges[m] |= {a.name for a in node.names if a.name in mods}
+    for m in edges:
+        edges[m] = (edges[m] & set(mods)) - {m}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each one an import cycle."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") >= 1 and module not in ROOT_MODULES else module
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert cycles(import_edges()) == []
+
+
+def test_packages_import_downward_only():
+    bad = []
+    for m, targets in import_edges().items():
+        src = package(m)
+        if src in ROOT_MODULES:
+            continue
+        for t in sorted(targets):
+            dst = package(t)
+            if dst != src and dst not in ROOT_MODULES and dst not in ALLOWED.get(src, set()):
+                bad.append(f"{m} imports {t} ({src} may import only {sorted(ALLOWED.get(src, ()))})")
+    assert bad == []
+
+
+def test_every_package_is_in_the_layering():
+    packages = {package(m) for m in modules()} - ROOT_MODULES
+    assert packages <= set(ALLOWED), f"add {sorted(packages - set(ALLOWED))} to ALLOWED (and docs/architecture.md)"
+
+
+@pytest.mark.parametrize("module", sorted(set(modules()) - {"harness.__main__"}))  # __main__ runs the CLI
+def test_module_imports_alone_in_a_fresh_interpreter(module):
+    # A fresh interpreter per module: an import that works only after another module was imported (a hidden
+    # cycle, a missing import) fails here even when the whole test session imports fine.
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"import {module} failed:\n{proc.stderr[-2000:]}"
+
+
+def test_public_api_resolves():
+    for name in harness.__all__:
+        assert getattr(harness, name) is not None, name
