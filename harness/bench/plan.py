@@ -30,7 +30,7 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[li
     for spec in specs:
         statuses = resolve(spec, device)
         arch_rows += arch_matrix_rows(statuses)
-        waivers += [Waiver(w.kernel, w.what, w.reason) for w in spec_waivers(spec)]
+        waivers += spec_waivers(spec)
         provs = [p for p in providers_for(spec, device, statuses) if not providers or p.name in providers]
         for p in provs:
             if not p.runnable:

@@ -122,7 +122,7 @@ def _pool(args, device):
         return contextlib.nullcontext()
     from harness.workers.pool import WorkerPool, default_devices
 
-    return WorkerPool(default_devices(), timeout_s=120.0)
+    return WorkerPool(default_devices())
 
 
 @command("report", "re-render report.md and plots from a results.json (or a partial cases.jsonl)")

@@ -251,7 +251,7 @@ def _isolated_outcome(item: KernelCaseItem):
     if opts.get("pool") is None:
         from harness.workers.pool import WorkerPool, default_devices
 
-        opts["pool"] = WorkerPool(default_devices(), timeout_s=120.0)
+        opts["pool"] = WorkerPool(default_devices())
     pool, pending = opts["pool"], opts.setdefault("pending", {})
     if pool.size > 1:  # shard across the workers, one per GPU: keep each busy with the items that follow
         items = item.session.items

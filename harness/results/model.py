@@ -6,6 +6,8 @@ import functools
 import typing
 from dataclasses import dataclass, fields, is_dataclass
 
+from harness.spec.waivers import Waiver  # noqa: F401  (part of the results schema)
+
 SCHEMA_VERSION = 2  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps
 
 
@@ -92,15 +94,6 @@ class ArchRow:
     arch: str
     backend: str                  # the backend that ran (or was tried)
     status: str                   # "ran" | "fallback" | "skipped" | "unavailable"
-    reason: str
-
-
-@dataclass(frozen=True)
-class Waiver:
-    """A loosened tolerance, waived check or skip, with its reason."""
-
-    kernel: str
-    what: str
     reason: str
 
 

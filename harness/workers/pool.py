@@ -30,6 +30,7 @@ from harness.workers.child import TRACEBACK_MARKER, mentions_cuda_error, worker_
 DEFAULT_INITIALIZER = "harness.correctness.tasks:init_worker"
 GRACE_S = 2.0            # SIGTERM -> SIGKILL
 STARTUP_TIMEOUT_S = 600.0
+TASK_TIMEOUT_S = 120.0   # a task that gives none: pytest items and bench jobs alike
 MAX_START_FAILURES = 3   # a slot whose worker dies this often before it is ready is given up
 TAIL_LINES, TAIL_LINE_CHARS = 30, 300
 
@@ -128,7 +129,8 @@ class _Worker:
 class WorkerPool:
     """One worker process per device; driven from one thread (the caller's), never shared between threads."""
 
-    def __init__(self, devices: list[str], *, timeout_s: float, initializer: str | None = DEFAULT_INITIALIZER):
+    def __init__(self, devices: list[str], *, timeout_s: float = TASK_TIMEOUT_S,
+                 initializer: str | None = DEFAULT_INITIALIZER):
         if not devices:
             raise ValueError("WorkerPool needs at least one device")
         self.devices, self.timeout_s, self._initializer = list(devices), timeout_s, initializer
