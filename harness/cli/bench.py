@@ -27,6 +27,9 @@ def _bench_options(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     p.add_argument("--specs-dir", default="specs")
     p.add_argument("--pytest-benchmark", metavar="FILE", help="also write pytest-benchmark JSON here")
+    p.add_argument("--against", metavar="REF",
+                   help="merge gate: time the kernels of git REF (e.g. origin/main; HEAD for an A/A run) and of the "
+                        "working tree interleaved on one GPU, then write compare.md and compare.json to --out")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run each job in a worker process (one per GPU), so a crash or hang fails that job only "
                         "(default: on with a GPU, off on the CPU)")
@@ -48,6 +51,10 @@ def timing_config(args, device):
 @command("bench", "benchmark kernels at their bench shapes and write results and a report")
 @options(_bench_options)
 def cmd_bench(args) -> int:
+    if args.against:
+        from harness.cli.compare import cmd_against
+
+        return cmd_against(args)
     from harness.bench.dispatch import run_jobs
     from harness.bench.plan import default_out_dir, plan
     from harness.bench.run import Progress
