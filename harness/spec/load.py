@@ -20,13 +20,13 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+from harness.spec.checks import WAIVABLE
 from harness.spec.model import (
     DEFAULT_TOLERANCES,
     DISTRIBUTIONS,
     DTYPES,
     FLOAT_DTYPES,
     LAYOUTS,
-    WAIVABLE,
     Backend,
     Distribution,
     Peer,

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from harness.spec import expr as ex
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
-
 
 FLOAT_DTYPES = ("fp64", "fp32", "fp16", "bf16")
 
@@ -29,24 +22,46 @@ LAYOUTS = ("padded", "strided", "transposed")
 TIERS = ("edge", "ci", "full", "huge", "bench")
 
 
-WAIVABLE = ("determinism", "layout", "inputs", "nan_inf")
-
-
 DISTRIBUTIONS = {"normal": (0, 2), "uniform": (2,), "randint": (2,)}
 
 
-CASE_KEYS = ("layout", "headline")
+CASE_KEYS = ("layout", "headline", "value_set")
+# Named input value sets an input may ask for (`specials = [...]`); each adds a generated edge case.
+VALUE_SETS = {
+    "zero_rows": "every third row (last dimension) all zeros: the scale = 0 / division-by-zero branches",
+    "ties": "half-integers in [-127, 127], each row's largest magnitude exactly 127: rounding ties after a "
+            "per-row max/127 scale",
+    "outliers": "normal values with one element in 64 at +-100 sigma",
+    "large": "normal values times 1e4 (times 1e2 for fp16): magnitudes far from 1",
+}
+# What precision the reference runs at: "upcast" (fp32 for 16-bit inputs, fp64 for fp32), "input" (the case's
+# own dtype: quantisation semantics are defined on the input precision), or a fixed float dtype.
+REFERENCE_PRECISIONS = ("upcast", "input", "fp32", "fp64")
 
 
 @dataclass(frozen=True)
 class Tolerance:
+    """Elementwise bound ``|got - ref| <= atol + rtol * |ref|``; a budget of elements may miss it by at most
+    ``mismatch_atol``; ``norm_rtol`` bounds the normwise relative error (None: the dtype's default)."""
+
     rtol: float
     atol: float
     reason: str = ""
+    max_mismatch: float = 0.0      # fraction of elements allowed outside the elementwise bound
+    mismatch_atol: float = 0.0     # ... and how far outside it such an element may be
+    norm_rtol: float | None = None
 
     @property
     def loosened(self) -> bool:
         return bool(self.reason)
+
+    def describe(self) -> str:
+        text = f"rtol={self.rtol:g} atol={self.atol:g}"
+        if self.max_mismatch:
+            text += f" max_mismatch={self.max_mismatch:g} (by <= {self.mismatch_atol:g})"
+        if self.norm_rtol is not None:
+            text += f" norm_rtol={self.norm_rtol:g}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,12 @@ class Tensor:
     inplace: bool = False
     contiguous: bool = False
     output: bool = False
+    tolerance: Tolerance | None = None   # this tensor's own, at every case dtype
+    specials: tuple[str, ...] = ()        # VALUE_SETS this input is also tested with
+
+    @property
+    def fixed_dtype(self) -> str | None:
+        return None if self.dtype == "case" else self.dtype
 
 
 @dataclass(frozen=True)
@@ -91,11 +112,13 @@ class Case:
     given: tuple[tuple[str, object], ...]   # the symbols the spec wrote, in order (they make the id)
     layout: str = "contiguous"
     headline: bool = False
+    value_set: str = ""            # a VALUE_SETS name: the inputs that list it in `specials` get those values
 
     @property
     def id(self) -> str:
         parts = ",".join(f"{k}={_fmt(v)}" for k, v in self.given)
-        return parts if self.layout == "contiguous" else f"{parts}-{self.layout}"
+        parts = parts if self.layout == "contiguous" else f"{parts}-{self.layout}"
+        return f"{parts}-{self.value_set}" if self.value_set else parts
 
     @property
     def values(self) -> dict:
@@ -115,6 +138,15 @@ class Roofline:
             return None
         read, written = float(self.read_bytes(env)), float(self.write_bytes(env))
         return read / (read + written) if read + written > 0 else None
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """A kernel's own minimum effect for the merge gate, with the reason it differs from the default."""
+
+    min_effect: float | None      # relative, e.g. 0.05 for 5 %
+    floor_us: float | None        # absolute floor in microseconds for short kernels
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -138,6 +170,8 @@ class Spec:
     roofline: Roofline | None
     timeout_s: float
     sha256: str
+    reference_precision: str = "upcast"
+    gate: GateRule | None = None
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -152,7 +186,16 @@ class Spec:
         """Everything the kernel writes: outputs and in-place inputs."""
         return tuple(t for t in self.tensors if t.output or t.inplace)
 
-    def tolerance(self, dtype: str) -> Tolerance:
+    def tolerance(self, dtype: str, tensor: str | None = None) -> Tolerance:
+        """The bound for ``tensor`` (or any written tensor) at case dtype ``dtype``.
+
+        A tensor's own ``tolerance`` wins; an integer tensor is compared exactly; otherwise the spec's
+        ``[tolerance.<dtype>]``, else torch.testing.assert_close's default for the dtype."""
+        t = next((t for t in self.tensors if t.name == tensor), None) if tensor else None
+        if t is not None and t.tolerance is not None:
+            return t.tolerance
+        if t is not None and t.fixed_dtype and t.fixed_dtype not in FLOAT_DTYPES:
+            return Tolerance(0.0, 0.0)
         if dtype in self.tolerances:
             return self.tolerances[dtype]
         rtol, atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
