@@ -1,8 +1,11 @@
 """Reading ``[cases]``: symbol defaults, constraints, explicit tiers and generated edge cases.
 
 Edge cases are generated, not listed: from a small ``base`` case, every symbol in ``vary`` takes each of
-its values (0, 1, odd and unaligned sizes), and the base case is repeated in every non-contiguous
-layout. Generated cases that break a constraint are dropped; explicit ones are errors.
+its values (0, 1, odd and unaligned sizes); the base case is repeated in every non-contiguous layout, and
+each layout is crossed once with the odd sizes (every varied symbol at its smallest odd, non-power-of-two
+value at once: unaligned sizes in strided storage are where stride bugs live, and one crossing per layout
+keeps the CPU tier small); and the base case is repeated with each named input value set the inputs ask
+for (``specials``). Generated cases that break a constraint are dropped; explicit ones are errors.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from harness.spec.model import CASE_KEYS, LAYOUTS, TIERS, Case
 from harness.spec.schema import Reader, describe
 
 
-def read_cases(r: Reader, t: dict, layouts) -> tuple[dict, tuple, dict]:
+def read_cases(r: Reader, t: dict, layouts, specials: tuple[str, ...] = ()) -> tuple[dict, tuple, dict]:
     r.keys(t, ["symbols", "constraints"] + list(TIERS), "cases")
     symbols = {}
     for name, value in r.table(t, "symbols", "cases").items():
@@ -32,14 +35,14 @@ def read_cases(r: Reader, t: dict, layouts) -> tuple[dict, tuple, dict]:
     cases: dict[str, tuple[Case, ...]] = {}
     for tier in TIERS:
         if tier == "edge":
-            cases[tier] = _edge(r, t.get("edge"), symbols, tuple(constraints))
+            cases[tier] = _edge(r, t.get("edge"), symbols, tuple(constraints), specials)
         elif tier in t:
             items = t[tier]
             if not isinstance(items, list):
                 r.problem(f"cases.{tier}", f"expected a list of tables ([[cases.{tier}]]), got {describe(items)}")
                 continue
             cases[tier] = tuple(c for i, item in enumerate(items)
-                                if (c := _case(r, item, tier, f"cases.{tier}[{i}]")) is not None)
+                                if (c := _case(r, item, tier, f"cases.{tier}[{i}]", specials)) is not None)
         else:
             cases[tier] = ()
     headlines = [c for c in cases.get("bench", ()) if c.headline]
@@ -48,12 +51,12 @@ def read_cases(r: Reader, t: dict, layouts) -> tuple[dict, tuple, dict]:
     return symbols, tuple(constraints), cases
 
 
-def _case(r: Reader, item, tier: str, key: str, extra: dict | None = None) -> Case | None:
+def _case(r: Reader, item, tier: str, key: str, specials: tuple[str, ...] = ()) -> Case | None:
     if not isinstance(item, dict):
         r.problem(key, f"expected a table of symbol values, got {describe(item)}")
         return None
     given = []
-    for name, value in {**item, **(extra or {})}.items():
+    for name, value in item.items():
         if name in CASE_KEYS:
             continue
         if not isinstance(value, (bool, int, float)):
@@ -67,10 +70,15 @@ def _case(r: Reader, item, tier: str, key: str, extra: dict | None = None) -> Ca
     headline = r.get(item, "headline", bool, key, default=False)
     if headline and tier != "bench":
         r.problem(f"{key}.headline", "only bench cases can be the headline")
-    return Case(tier, tuple(given), layout, headline)
+    value_set = r.get(item, "value_set", str, key, default="")
+    if value_set and value_set not in specials:
+        listed = f"the inputs list {', '.join(specials)}" if specials else "no input lists specials"
+        r.problem(f"{key}.value_set", f'"{value_set}" is not in any input\'s specials ({listed})')
+        return None
+    return Case(tier, tuple(given), layout, headline, value_set)
 
 
-def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
+def _edge(r: Reader, t, symbols: dict, constraints: tuple, specials: tuple[str, ...]) -> tuple[Case, ...]:
     if t is None:
         r.problem("cases.edge", "missing: every spec generates edge cases (0, 1, odd sizes, non-contiguous)")
         return ()
@@ -79,10 +87,10 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
         return ()
     r.keys(t, ["base", "vary", "extra"], "cases.edge", required=["base"])
     base_t = r.table(t, "base", "cases.edge", required=True)
-    base = _case(r, base_t, "edge", "cases.edge.base")
+    base = _case(r, base_t, "edge", "cases.edge.base", specials)
     if base is None:
         return ()
-    generated = []
+    generated, odd = [], {}
     for sym, values in r.table(t, "vary", "cases.edge").items():
         if sym not in base.values:
             r.problem(f"cases.edge.vary.{sym}", "varies a symbol the base case does not set")
@@ -95,11 +103,17 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple) -> tuple[Case, ...]:
                 r.problem(f"cases.edge.vary.{sym}", f"expected numbers, got {describe(v)}")
                 continue
             generated.append(Case("edge", tuple((k, v if k == sym else b) for k, b in base.given)))
+            if isinstance(v, int) and v > 2 and v & (v - 1) and (sym not in odd or v < odd[sym]):
+                odd[sym] = v
     generated = [base] + [c for c in generated if _satisfies(c, symbols, constraints)]
     generated += [Case("edge", base.given, lay) for lay in LAYOUTS]
+    if odd:
+        crossed = tuple((k, odd.get(k, b)) for k, b in base.given)
+        generated += [c for lay in LAYOUTS if _satisfies(c := Case("edge", crossed, lay), symbols, constraints)]
+    generated += [Case("edge", base.given, value_set=v) for v in specials]
     extras = r.get(t, "extra", list, "cases.edge", default=[])
     for i, item in enumerate(extras):
-        c = _case(r, item, "edge", f"cases.edge.extra[{i}]")
+        c = _case(r, item, "edge", f"cases.edge.extra[{i}]", specials)
         if c is not None:
             generated.append(c)
     seen, unique = set(), []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 
@@ -13,7 +12,10 @@ def use_interpreter_if_no_gpu() -> None:
     """Set TRITON_INTERPRET=1 before any kernel module is imported when there is no GPU."""
     if "TRITON_INTERPRET" in os.environ:
         return
-    import torch
+    try:
+        import torch
+    except ModuleNotFoundError:  # no torch, no GPU: the kernel import that follows says what is missing
+        return
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"

@@ -27,8 +27,11 @@ from harness.spec.model import (
     DTYPES,
     FLOAT_DTYPES,
     LAYOUTS,
+    REFERENCE_PRECISIONS,
+    VALUE_SETS,
     Backend,
     Distribution,
+    GateRule,
     Peer,
     Roofline,
     Spec,
@@ -74,10 +77,10 @@ def load_all(paths) -> tuple[list[Spec], list[str]]:
 
 def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
-                 "cases", "roofline"], "", required=["kernel", "inputs", "cases"])
+                 "cases", "roofline", "gate"], "", required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
-    r.keys(k, ["name", "summary", "reference", "dtypes", "layouts", "fallback", "timeout"], "kernel",
-           required=["name", "reference"])
+    r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout"],
+           "kernel", required=["name", "reference"])
     name = r.get(k, "name", str, "kernel", default="")
     if name and name != Path(r.path).stem:
         r.problem("kernel.name", f'"{name}" must match the file name "{Path(r.path).stem}"')
@@ -119,8 +122,12 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     _argument_names(r, raw)
     if tensors and None not in tensors and not any(t.output or t.inplace for t in tensors):
         r.problem("outputs", "the kernel writes nothing: declare [outputs] or an input with inplace = true")
-    tolerances = {d: _tolerance(r, d, t) for d, t in r.table(raw, "tolerance", "").items()
-                  if _is_table(r, t, f"tolerance.{d}")}
+    tolerances = {}
+    for d, t in r.table(raw, "tolerance", "").items():
+        if d not in FLOAT_DTYPES:
+            r.problem(f"tolerance.{d}", f'unknown dtype "{d}"{did_you_mean(d, FLOAT_DTYPES)}')
+        elif _is_table(r, t, f"tolerance.{d}"):
+            tolerances[d] = _tolerance(r, f"tolerance.{d}", t, d)
     waivers = {}
     for check, reason in r.table(raw, "waive", "").items():
         if check not in WAIVABLE:
@@ -132,7 +139,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
             waivers[check] = reason
     from harness.spec.cases import read_cases
 
-    symbols, constraints, cases = read_cases(r, r.table(raw, "cases", "", required=True), layouts)
+    specials = tuple(dict.fromkeys(v for t in tensors if t is not None for v in t.specials))
+    symbols, constraints, cases = read_cases(r, r.table(raw, "cases", "", required=True), layouts, specials)
     roofline = _roofline(r, raw["roofline"]) if isinstance(raw.get("roofline"), dict) else None
     if "roofline" in raw and not isinstance(raw["roofline"], dict):
         r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
@@ -144,7 +152,36 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         fallback=fallback, backends=backends, peers=peers, params=params, tensors=tuple(tensors),
         tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
+        reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
     )
+
+
+def _reference_precision(r: Reader, k: dict) -> str:
+    value = r.get(k, "reference_precision", str, "kernel", default="upcast")
+    if value not in REFERENCE_PRECISIONS:
+        hint = did_you_mean(value, REFERENCE_PRECISIONS)
+        r.problem("kernel.reference_precision",
+                  f'unknown precision "{value}"{hint} (one of {", ".join(REFERENCE_PRECISIONS)})')
+    return value
+
+
+def _gate(r: Reader, raw: dict) -> GateRule | None:
+    if "gate" not in raw:
+        return None
+    t = r.table(raw, "gate", "")
+    r.keys(t, ["min_effect", "floor_us", "reason"], "gate", required=["reason"])
+    effect = r.get(t, "min_effect", float, "gate")
+    floor = r.get(t, "floor_us", float, "gate")
+    if effect is not None and not 0 < effect < 1:
+        r.problem("gate.min_effect", f"must be a fraction in (0, 1), e.g. 0.05 for 5 %, got {effect:g}")
+    if floor is not None and not 0 <= floor < math.inf:
+        r.problem("gate.floor_us", f"must be a finite number of microseconds >= 0, got {floor:g}")
+    if effect is None and floor is None:
+        r.problem("gate", "give min_effect, floor_us or both")
+    reason = r.get(t, "reason", str, "gate", default="").strip()
+    if "reason" in t and not reason:
+        r.problem("gate.reason", "must say why this kernel needs its own minimum effect")
+    return GateRule(effect, floor, reason)
 
 
 def _timeout(r: Reader, k: dict) -> float:
@@ -220,7 +257,7 @@ def _backend(r: Reader, name: str, b: dict) -> Backend:
 
 def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     key = f"{'outputs' if output else 'inputs'}.{name}"
-    allowed = ["shape", "dtype"] + ([] if output else ["values", "inplace", "contiguous"])
+    allowed = ["shape", "dtype", "tolerance"] + ([] if output else ["values", "inplace", "contiguous", "specials"])
     r.keys(t, allowed, key, required=["shape"])
     shape = r.get(t, "shape", list, key, default=[])
     dims = []
@@ -236,11 +273,24 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     # outputs are allocated and poisoned by the harness, never filled: they take no values
     values = None if output else _distribution(r, t.get("values", "normal" if is_float else None),
                                                f"{key}.values", is_float)
+    inplace = r.get(t, "inplace", bool, key, default=False)
+    tolerance = None
+    if "tolerance" in t:
+        if not (output or inplace):
+            r.problem(f"{key}.tolerance", "only a tensor the kernel writes (an output or an inplace input) is compared")
+        elif _is_table(r, t["tolerance"], f"{key}.tolerance"):
+            tolerance = _tolerance(r, f"{key}.tolerance", t["tolerance"], dtype if dtype != "case" else None)
+    specials = r.str_list(t, "specials", key)
+    for i, v in enumerate(specials):
+        if v not in VALUE_SETS:
+            r.problem(f"{key}.specials[{i}]", f'unknown value set "{v}"{did_you_mean(v, VALUE_SETS)} '
+                                              f'(one of {", ".join(VALUE_SETS)})')
+        elif v != "zero_rows" and not is_float:
+            r.problem(f"{key}.specials[{i}]", f'"{v}" needs a floating-point tensor')
     if None in dims or values is None and not output:
         return None
-    return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()),
-                  r.get(t, "inplace", bool, key, default=False), r.get(t, "contiguous", bool, key, default=False),
-                  output)
+    return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()), inplace,
+                  r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials)
 
 
 def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:
@@ -265,21 +315,36 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
     return Distribution(kind, tuple(ex.parse(ex.ast.unparse(a)) for a in args))
 
 
-def _tolerance(r: Reader, dtype: str, t: dict) -> Tolerance:
-    key = f"tolerance.{dtype}"
-    if dtype not in FLOAT_DTYPES:
-        r.problem(key, f'unknown dtype "{dtype}"{did_you_mean(dtype, FLOAT_DTYPES)}')
-    r.keys(t, ["rtol", "atol", "reason"], key)
-    d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
-    rtol = r.get(t, "rtol", float, key, default=d_rtol)
-    atol = r.get(t, "atol", float, key, default=d_atol)
-    for n, v in (("rtol", rtol), ("atol", atol)):
-        if not 0 <= v < math.inf:
+def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
+    """``[tolerance.<dtype>]`` or a tensor's own ``tolerance``; anything looser than the default needs a reason.
+
+    ``dtype`` None: a case-dtype tensor's own tolerance, whose baseline is the strictest float default."""
+    r.keys(t, ["rtol", "atol", "max_mismatch", "mismatch_atol", "norm_rtol", "reason"], key)
+    if dtype in FLOAT_DTYPES or dtype is None:
+        d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0)) if dtype else min(DEFAULT_TOLERANCES.values())
+    else:  # integers are compared exactly unless the spec says otherwise
+        d_rtol, d_atol = 0.0, 0.0
+    values = {}
+    for n, default in (("rtol", d_rtol), ("atol", d_atol), ("max_mismatch", 0.0), ("mismatch_atol", 0.0),
+                       ("norm_rtol", None)):
+        v = r.get(t, n, float, key, default=default)
+        if v is not None and not 0 <= v < math.inf:
             r.problem(f"{key}.{n}", f"must be a finite number >= 0, got {v}")
+        values[n] = v
+    if not values["max_mismatch"] <= 1:
+        r.problem(f"{key}.max_mismatch", f"is a fraction of the elements, at most 1, got {values['max_mismatch']:g}")
+    if values["max_mismatch"] and "mismatch_atol" not in t:
+        r.problem(f"{key}.mismatch_atol", "required with max_mismatch: how far outside the bound a budgeted "
+                                          "element may be")
+    if "mismatch_atol" in t and not values["max_mismatch"]:
+        r.problem(f"{key}.mismatch_atol", "has no effect without max_mismatch")
     reason = r.get(t, "reason", str, key, default="").strip()
-    if (rtol > d_rtol or atol > d_atol) and not reason:
-        r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}) without a reason")
-    return Tolerance(rtol, atol, reason)
+    looser = values["rtol"] > d_rtol or values["atol"] > d_atol or values["max_mismatch"] > 0 or "norm_rtol" in t
+    if looser and not reason:
+        r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}, no mismatch budget, the dtype's "
+                       "norm_rtol) without a reason")
+    return Tolerance(values["rtol"], values["atol"], reason, values["max_mismatch"], values["mismatch_atol"],
+                     values["norm_rtol"])
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:

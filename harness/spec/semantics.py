@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import sys
+
 from harness.spec import expr as ex
 from harness.spec.imports import module_available, resolve_import
 from harness.spec.schema import Reader, did_you_mean
@@ -97,7 +100,15 @@ def _imports(r: Reader, spec) -> None:
         try:
             obj = resolve_import(path)
         except ModuleNotFoundError as exc:
-            r.problem(key, f'cannot import "{path}": no module named {exc.name!r}')
+            module = path.partition(":")[0]
+            if exc.name and not _is_parent(exc.name, module):
+                # The kernel module exists but needs a package this Python lacks: the environment is wrong,
+                # not the spec. Say so, and where to run instead.
+                r.problem(key, f'not checked: importing "{path}" needs module {exc.name!r}, which this Python '
+                               f"({sys.executable}) lacks; run `nox -s validate` or install the project's "
+                               "dependencies")
+            else:
+                r.problem(key, f'cannot import "{path}": no module named {exc.name!r}')
             continue
         except AttributeError:
             module, _, attr = path.partition(":")
@@ -109,3 +120,38 @@ def _imports(r: Reader, spec) -> None:
             continue
         if key.endswith((".impl", ".reference", ".build")) and not callable(obj):
             r.problem(key, f'"{path}" is not callable')
+        elif key.endswith((".impl", ".reference")):
+            _signature(r, spec, key, path, obj)
+
+
+def _is_parent(name: str, module: str) -> bool:
+    """True when ``name`` is ``module`` or one of its parent packages (the import path itself is wrong)."""
+    return module == name or module.startswith(name + ".")
+
+
+def _signature(r: Reader, spec, key: str, path: str, fn) -> None:
+    """Every implementation is called with each tensor and param by name: its keywords must match the spec."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C extension without a signature: nothing to compare
+        return
+    names = [t.name for t in spec.tensors] + list(spec.params)
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    by_keyword = {n for n, p in params.items()
+                  if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    where = {t.name: f"{'outputs' if t.output else 'inputs'}.{t.name}" for t in spec.tensors}
+    where.update({n: f"params.{n}" for n in spec.params})
+    if not takes_any:
+        for n in names:
+            if n not in by_keyword:
+                close = did_you_mean(n, sorted(by_keyword))
+                r.problem(key, f'"{path}" has no keyword parameter "{n}" (the spec\'s {where[n]}){close}')
+    for n, p in params.items():
+        if p.default is not inspect.Parameter.empty or p.kind in (inspect.Parameter.VAR_POSITIONAL,
+                                                                   inspect.Parameter.VAR_KEYWORD):
+            continue
+        if p.kind == inspect.Parameter.POSITIONAL_ONLY:
+            r.problem(key, f'"{path}" has positional-only parameter "{n}": implementations are called by keyword')
+        elif n not in names:
+            close = did_you_mean(n, names)
+            r.problem(key, f'"{path}" requires parameter "{n}", which the spec declares as no tensor or param{close}')

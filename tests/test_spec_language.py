@@ -1,0 +1,142 @@
+"""The spec language's newer keys: per-tensor tolerances with a mismatch budget, reference precision, input value
+sets, the gate rule, generated crossings, and `validate` checking each implementation's keyword parameters."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from harness.cli.main import main
+from harness.spec.load import load
+from harness.spec.model import LAYOUTS
+
+BASE = """\
+[kernel]
+name = "quant"
+summary = "toy quantiser"
+reference = "tests.planted.spec_kernels:quant_ref"
+dtypes = ["fp32", "bf16"]
+layouts = ["padded", "strided", "transposed"]
+fallback = ["reference"]
+
+[inputs.x]
+shape = ["rows", "cols"]
+specials = ["zero_rows", "ties"]
+
+[outputs.q]
+shape = ["rows", "cols"]
+dtype = "int8"
+tolerance = { atol = 0, max_mismatch = 0.001, mismatch_atol = 1, reason = "ulp-off divides at ties" }
+
+[outputs.scale]
+shape = ["rows", 1]
+dtype = "fp32"
+
+[cases.edge]
+base = { rows = 5, cols = 64 }
+vary = { rows = [0, 1, 83], cols = [0, 7, 769] }
+
+[[cases.ci]]
+rows = 4
+cols = 128
+"""
+
+
+def _write(tmp_path, text: str, name: str = "quant"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _problems(tmp_path, capsys, text: str) -> tuple[int, list[str]]:
+    code = main(["validate", str(_write(tmp_path, text))])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_valid_quantiser_spec_loads_with_its_tolerances(tmp_path):
+    spec = load(_write(tmp_path, BASE))
+    q = spec.tolerance("bf16", "q")
+    assert (q.atol, q.max_mismatch, q.mismatch_atol) == (0, 0.001, 1) and q.reason
+    # A fixed-dtype fp32 output without its own tolerance takes the case dtype's bound; integers are exact.
+    assert spec.tolerance("bf16", "scale").rtol == pytest.approx(1.6e-2)
+    assert spec.reference_precision == "upcast" and spec.gate is None
+
+
+def test_integer_output_without_its_own_tolerance_is_exact(tmp_path):
+    spec = load(_write(tmp_path, BASE.replace(
+        'tolerance = { atol = 0, max_mismatch = 0.001, mismatch_atol = 1, reason = "ulp-off divides at ties" }\n', "")))
+    t = spec.tolerance("bf16", "q")
+    assert (t.rtol, t.atol, t.max_mismatch) == (0.0, 0.0, 0.0)
+
+
+def test_generated_edges_cross_layouts_with_odd_sizes_and_add_value_sets(tmp_path):
+    spec = load(_write(tmp_path, BASE))
+    ids = [c.id for c in spec.cases["edge"]]
+    # one crossing per layout, every varied symbol at its smallest odd non-power-of-two size at once
+    for lay in LAYOUTS:
+        assert f"rows=83,cols=7-{lay}" in ids
+    assert "rows=5,cols=64-zero_rows" in ids and "rows=5,cols=64-ties" in ids
+    assert len(ids) == len(set(ids))
+    ties = next(c for c in spec.cases["edge"] if c.value_set == "ties")
+    assert ties.layout == "contiguous" and ties.values == {"rows": 5, "cols": 64}
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ('mismatch_atol = 1, ', '', "outputs.q.tolerance.mismatch_atol: required with max_mismatch"),
+    (', reason = "ulp-off divides at ties"', '', "outputs.q.tolerance: loosens the default"),
+    ('max_mismatch = 0.001', 'max_mismatch = 2', "outputs.q.tolerance.max_mismatch: is a fraction of the elements"),
+    ('specials = ["zero_rows", "ties"]', 'specials = ["zero_row"]',
+     'inputs.x.specials[0]: unknown value set "zero_row" (did you mean \'zero_rows\'?)'),
+    ('[inputs.x]\nshape = ["rows", "cols"]', '[inputs.x]\nshape = ["rows", "cols"]\ntolerance = { atol = 1 }',
+     "inputs.x.tolerance: only a tensor the kernel writes"),
+    ('fallback = ["reference"]', 'fallback = ["reference"]\nreference_precision = "fp16"',
+     'kernel.reference_precision: unknown precision "fp16"'),
+    ('[[cases.ci]]\nrows = 4', '[[cases.ci]]\nvalue_set = "large"\nrows = 4',
+     'cases.ci[0].value_set: "large" is not in any input\'s specials'),
+    ('[[cases.ci]]', '[gate]\nmin_effect = 5\nreason = "noisy"\n\n[[cases.ci]]',
+     "gate.min_effect: must be a fraction in (0, 1)"),
+    ('[[cases.ci]]', '[gate]\nmin_effect = 0.05\n\n[[cases.ci]]', "gate.reason: missing required key"),
+    ('[[cases.ci]]', '[tolerance.bf16]\nnorm_rtol = 0.1\n\n[[cases.ci]]', "tolerance.bf16: loosens the default"),
+])
+def test_bad_new_keys_give_one_line(tmp_path, capsys, old, new, expected):
+    assert old in BASE, old
+    code, err = _problems(tmp_path, capsys, BASE.replace(old, new, 1))
+    assert code == 2
+    assert len(err) == 1, err
+    assert expected in err[0], err[0]
+
+
+def test_gate_rule_and_reference_precision_parse(tmp_path):
+    text = BASE.replace('fallback = ["reference"]', 'fallback = ["reference"]\nreference_precision = "input"')
+    gate = '[gate]\nmin_effect = 0.05\nfloor_us = 0.5\nreason = "decode noise"\n\n'
+    text = text.replace("[[cases.ci]]", gate + "[[cases.ci]]")
+    spec = load(_write(tmp_path, text))
+    assert spec.reference_precision == "input"
+    assert (spec.gate.min_effect, spec.gate.floor_us, spec.gate.reason) == (0.05, 0.5, "decode noise")
+
+
+@pytest.mark.parametrize("impl, expected", [
+    ("quant_wrong_name", ['has no keyword parameter "scale" (the spec\'s outputs.scale) (did you mean \'scales\'?)',
+                          'requires parameter "scales", which the spec declares as no tensor or param']),
+    ("quant_positional", ['has no keyword parameter "x"', 'has positional-only parameter "x"']),
+])
+def test_validate_checks_the_launchers_keywords(tmp_path, capsys, impl, expected):
+    code, err = _problems(tmp_path, capsys, BASE.replace("spec_kernels:quant_ref", f"spec_kernels:{impl}"))
+    assert code == 2
+    assert len(err) == len(expected), err
+    for line, fragment in zip(err, expected, strict=True):
+        assert line.startswith(str(tmp_path / "quant.toml") + ": kernel.reference: ") and fragment in line, line
+
+
+def test_validate_accepts_a_launcher_taking_kwargs(tmp_path, capsys):
+    code, err = _problems(tmp_path, capsys, BASE.replace("spec_kernels:quant_ref", "spec_kernels:quant_any"))
+    assert (code, err) == (0, [])
+
+
+def test_missing_dependency_is_named_as_the_environments_problem(tmp_path, capsys):
+    code, err = _problems(tmp_path, capsys, BASE.replace("tests.planted.spec_kernels:quant_ref",
+                                                         "tests.planted.needs_missing_pkg:quant_ref"))
+    assert code == 2 and len(err) == 1
+    assert "not checked: importing" in err[0] and "needs module 'kh_no_such_package'" in err[0], err[0]
+    assert "nox -s validate" in err[0]
