@@ -20,6 +20,8 @@ LAYOUTS = ("padded", "strided", "transposed")
 
 
 TIERS = ("edge", "ci", "full", "huge", "bench")
+# What a run tier (`pytest --tier`, `sanitize --tier`) collects of the case tiers.
+RUN_TIERS = {"ci": ("edge", "ci"), "full": ("edge", "ci", "full", "huge")}
 
 
 DISTRIBUTIONS = {"normal": (0, 2), "uniform": (2,), "randint": (2,)}
