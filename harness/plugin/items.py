@@ -28,7 +28,6 @@ class SpecFile(pytest.File):
             spec = load_spec(rel)
         except SpecError as exc:
             yield SpecErrorItem.from_parent(self, name=f"{self.path.stem}[spec]", problems=exc.problems)
-            self.session.shouldstop = "broken spec"
             return
         device = detect()
         statuses = {s.backend: s for s in resolve(spec, device)}
