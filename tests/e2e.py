@@ -1,17 +1,29 @@
-"""Helpers of the end-to-end tests: spec files from the planted-kernel template tests/specs/scale.toml, and
-whether a process is still alive."""
+"""Helpers shared by the tests (no test module imports another): spec files from the planted-kernel
+template tests/specs/scale.toml, whether a process is still alive, and SYNTHETIC benchmark results.
+
+Every Results built here comes from a seeded RNG: device "synthetic-device", no number measured on any GPU.
+Its environment uses the keys harness.timing.environment.collect_environment writes.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
+
+from harness.results.model import SCHEMA_VERSION, ArchRow, CaseResult, Results, Waiver
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
+ALL_LAYOUTS = '["padded", "strided", "transposed"]'
 
 
 def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None = None, extra: str = "",
-               layouts: str = '["padded", "strided", "transposed"]') -> Path:
+               layouts: str = ALL_LAYOUTS) -> Path:
+    """``directory/name.toml`` from the template: kernel ``name``, triton backend ``impl``, ``extra`` appended."""
     text = TEMPLATE.read_text()
     for old, new in (('name = "scale"', f'name = "{name}"'), ("{impl}", impl), ("{layouts}", layouts)):
         assert old in text, f"{TEMPLATE} changed: no {old!r}"
@@ -24,9 +36,131 @@ def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None =
     return path
 
 
+def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
+    """The loaded scale spec whose triton backend is ``tests.planted.broken_kernels:<impl>``."""
+    from harness.spec.load import load
+
+    return load(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+# ----------------------------------------------------------------------------- SYNTHETIC results
+
+PROVIDERS = (("triton", "triton", "candidate"), ("reference", "reference", "baseline"),
+             ("torch.compile", "reference", "baseline"), ("liger", "peer", "peer"))
+# kernel -> (headline shape, other shape, bytes per element factor, flops per element); synthetic models
+KERNELS = {
+    "rmsnorm": ({"tokens": 16384, "hidden": 4096}, {"tokens": 64, "hidden": 4096}, 2, 4),
+    "rope": ({"tokens": 16384, "heads": 32, "kv_heads": 8, "head_dim": 128}, None, 2, 3),
+    "silu_and_mul": ({"tokens": 8192, "d": 14336}, {"tokens": 17, "d": 769}, 3, 5),
+}
+CEILINGS = {"copy_gbps": 4000.0, "bandwidth_gbps": {"fill": 3900.0, "copy": 4000.0, "add": 4100.0, "read": 4300.0},
+            "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},
+            "datasheet": {"copy_gbps": 4800.0, "matmul_tflops": {"bf16": 989.0}}, "copy_bytes": 2 ** 30}
+
+
+def synthetic_stats(samples: np.ndarray) -> dict:
+    q = np.percentile(samples, [5, 25, 50, 75, 95])
+    iqr = q[3] - q[1]
+    boot = np.median(np.random.default_rng(0).choice(samples, (200, samples.size)), axis=1)
+    return {"n": int(samples.size), "min": float(samples.min()), "p5": float(q[0]), "p25": float(q[1]),
+            "median": float(q[2]), "p75": float(q[3]), "p95": float(q[4]), "max": float(samples.max()),
+            "mean": float(samples.mean()), "std": float(samples.std(ddof=1)),
+            "cv": float(samples.std(ddof=1) / samples.mean()), "iqr": float(iqr),
+            "median_ci_lo": float(np.percentile(boot, 2.5)), "median_ci_hi": float(np.percentile(boot, 97.5)),
+            "outliers_low": int((samples < q[1] - 1.5 * iqr).sum()),
+            "outliers_high": int((samples > q[3] + 1.5 * iqr).sum())}
+
+
+def _case(rng, kernel, shape, headline, dtype, provider, backend, role, speed, status="ok", reason=""):
+    numel = int(np.prod([v for v in shape.values() if isinstance(v, int)]))
+    itemsize = 2 if dtype == "bf16" else 4
+    _, _, bfac, ffac = KERNELS[kernel]
+    nbytes, flops = float(bfac * numel * itemsize), float(ffac * numel)
+    base = dict(kernel=kernel, provider=provider, backend=backend, role=role, dtype=dtype,
+                case_id=",".join(f"{k}={v}" for k, v in shape.items()), shape=dict(shape), headline=headline,
+                status=status, reason=reason, method="cuda-events", stop_reason="", samples_us=(),
+                dropped_us=(), warm_us=(), stats=None, warm_median_us=None, bytes=nbytes, flops=flops,
+                gbps=None, tflops=None, pct_roofline=None, bound="memory", ceiling_gbps=None, target=0.8, verdict="n/a",
+                speedups={}, seed=1234)
+    if status != "ok":
+        return CaseResult(**base)
+    ideal_us = nbytes / (CEILINGS["copy_gbps"] * 1e3)
+    median = ideal_us / speed + 2.0
+    samples = median * rng.lognormal(0.0, 0.01 + 0.05 * (median < 10), 60 + int(rng.integers(0, 200)))
+    samples[rng.integers(0, samples.size, 2)] *= 1.4  # a couple of slow outliers
+    stats = synthetic_stats(samples)
+    gbps = nbytes / (stats["median"] * 1e3)
+    pct = 100 * gbps / CEILINGS["copy_gbps"]
+    verdict = "model-error" if pct > 100 else ("pass" if pct >= 80 else "below-target")
+    stop = "rel. noise <= 0.5% after 0.5 s" if median > 10 else "time limit 15 s"
+    return CaseResult(**{**base, "stop_reason": stop, "samples_us": tuple(samples.tolist()),
+                         "dropped_us": (median * 1.9,) * (median > 10), "stats": stats,
+                         "warm_us": tuple((samples[:20] * 0.95).tolist()),
+                         "warm_median_us": stats["median"] * 0.95,
+                         "gbps": gbps, "tflops": flops / stats["median"] / 1e6, "pct_roofline": pct,
+                         "ceiling_gbps": CEILINGS["copy_gbps"],
+                         "verdict": verdict})
+
+
+def _with_speedups(group: list[CaseResult]) -> list[CaseResult]:
+    cand = next(c for c in group if c.role == "candidate")
+    if cand.status != "ok":
+        return group
+    speedups = {}
+    for c in group:
+        if c is not cand and c.status == "ok":
+            ratio = c.stats["median"] / cand.stats["median"]
+            speedups[c.provider] = {"ratio": ratio, "lo": ratio * 0.99, "hi": ratio * 1.012}
+    return [replace(cand, speedups=speedups) if c is cand else c for c in group]
+
+
+@functools.cache
+def synthetic_results(complete: bool = True) -> Results:
+    """A SYNTHETIC run over three kernels, with a wrong peer, an error, a skip and a model error."""
+    rng = np.random.default_rng(20261129)
+    cases: list[CaseResult] = []
+    speed = {"triton": 0.85, "reference": 0.1, "torch.compile": 0.8, "liger": 0.5}
+    for kernel, (head, other, _, _) in KERNELS.items():
+        for shape, headline in ((head, True), (other, False)):
+            if shape is None:
+                continue
+            for dtype in ("bf16", "fp32"):
+                group = []
+                for provider, backend, role in PROVIDERS:
+                    status, reason, s = "ok", "", speed[provider]
+                    if kernel == "rope" and provider == "liger":
+                        status, reason = "wrong", "max abs err 0.31 > atol 0.01 at [5, 3, 17]; seed 1234"
+                    if kernel == "silu_and_mul" and provider == "torch.compile" and dtype == "fp32":
+                        status, reason = "error", "RuntimeError: | inductor failed: out of shared memory"
+                    if kernel == "silu_and_mul" and provider == "liger" and not headline:
+                        status, reason = "skipped", "liger_kernel is not installed"
+                    if kernel == "silu_and_mul" and provider == "triton" and headline and dtype == "bf16":
+                        s = 1.3  # beats the copy ceiling: the synthetic bytes model is wrong on purpose
+                    group.append(_case(rng, kernel, shape, headline, dtype, provider, backend, role, s,
+                                       status, reason))
+                cases += _with_speedups(group)
+    arch = (ArchRow("rmsnorm", "sm_90", "triton", "ran", ""),
+            ArchRow("rmsnorm", "cpu", "triton", "ran", ""),
+            ArchRow("rope", "sm_90", "triton", "ran", ""),
+            ArchRow("rope", "sm_75", "reference", "fallback", "triton needs >=sm_80"),
+            ArchRow("silu_and_mul", "sm_90", "triton", "ran", ""),
+            ArchRow("silu_and_mul", "sm_75", "triton", "skipped", "no bf16 on sm_75"))
+    waivers = (Waiver("rmsnorm", "tolerance bf16 rtol=2e-2 atol=1e-2", "synthetic: fp32 accumulation"),
+               Waiver("rope", "check determinism", "synthetic: atomics in the backward"),
+               Waiver("silu_and_mul", "skip liger on small shapes", "synthetic: peer not installed"))
+    env = {"device": "synthetic-device (test fixture)", "arch": "sm_90", "date": "2026-11-29T08:00:00+00:00",
+           "torch": "0.0-synthetic", "triton": "0.0-synthetic", "driver": "none",
+           "hostname": "synthetic-host", "python": "3.0.0-synthetic", "platform": "synthetic-os",
+           "git_commit": "0" * 40, "git_dirty": False, "flush": "read of 2x L2 (120 MiB), outside the timed region",
+           "stopping_rule": ">= 10 samples, then rel. noise <= 0.5% after 0.5 s of GPU time, or 15 s",
+           "throttle": "samples under 75% of the default SM clock",
+           "clocks": {"sm_mhz": 1980, "mem_mhz": 3201}}
+    return Results(SCHEMA_VERSION, env, CEILINGS, tuple(cases), arch, waivers, complete)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.timing import clocks, engine
-from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans, split_throttled
+from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans
 from harness.timing.engine import Measurement, TimingConfig, measure
 from harness.timing.environment import llc_bytes
 
@@ -55,9 +55,28 @@ def test_host_path_times_out():
     assert all(v >= 2000 for v in m.samples_us)
 
 
-def test_cpu_flush_reads_twice_the_llc():
+def test_cpu_flush_reads_twice_the_llc_before_every_sample(monkeypatch):
+    buffers = []
+
+    class Counting:  # the flush buffer, counting its reads
+        def __init__(self, tensor):
+            self.tensor, self.reads = tensor, 0
+
+        def sum(self):
+            self.reads += 1
+            return self.tensor.sum()
+
+    real_ones = torch.ones
+
+    def ones(*args, **kwargs):
+        buffers.append(Counting(real_ones(*args, **kwargs)))
+        return buffers[-1]
+
+    monkeypatch.setattr(torch, "ones", ones)
     m = measure(_work, device="cpu", config=TimingConfig(min_samples=3, max_samples=3, cpu_flush=True))
-    assert m.method_params["flush_bytes"] == 2 * llc_bytes() and len(m.samples_us) == 3
+    (buf,) = buffers
+    assert buf.tensor.numel() * buf.tensor.element_size() == 2 * llc_bytes() == m.method_params["flush_bytes"]
+    assert len(m.samples_us) == 3 and buf.reads == m.method_params["samples_attempted"] == 3
 
 
 def test_config_and_device_errors():
@@ -96,13 +115,27 @@ def test_sample_loop_drops_throttled_and_discarded_samples():
     assert params["dropped_throttled"] == len(dropped) and set(params["dropped_clock_mhz"]) == {1000.0}
 
 
-def test_throttle_filter_on_synthetic_clocks():
+def test_throttled_samples_never_feed_the_stopping_rule():
+    """Steady samples at full clock, wild ones (1000x) while throttled: the rule sees only the steady ones,
+    so it converges on rsd at exactly min_samples kept samples, and params say what was dropped."""
+    stream = iter([(10.0, 1980.0), (1e4, 345.0), (2e4, 1400.0)] * 100)
+
+    def batch(count, deadline):
+        return [next(stream) for _ in range(count)]
+
+    params: dict = {}
+    cfg = TimingConfig(min_samples=8, max_samples=100, min_time_s=0.0, max_rsd=0.005, throttle_fraction=0.75)
+    kept, dropped, got_clocks, reason = engine._sample_loop(batch, cfg, _Reader(), time.perf_counter(), 1, params)
+    assert reason == "rsd" and kept == [10.0] * 8 and params["rsd"] == 0.0
+    assert dropped == [1e4, 2e4] * 7 and got_clocks == [1980.0] * 8  # 1400 < 0.75 x 2000: dropped too
+    assert params["samples_attempted"] == 22 and params["dropped_throttled"] == 14
+    assert params["dropped_clock_mhz"] == [345.0, 1400.0] * 7
+
+
+def test_throttle_test_on_synthetic_clocks():
     assert is_throttled(1000.0, 1980.0, 0.75) and not is_throttled(1485.0, 1980.0, 0.75)
     assert not is_throttled(None, 1980.0, 0.75) and not is_throttled(100.0, None, 0.75)
-    kept, dropped, kclocks = split_throttled([1, 2, 3, 4], [1980.0, 345.0, None, 1500.0], 1980.0, 0.75)
-    assert (kept, dropped, kclocks) == ([1, 3, 4], [2], [1980.0, 1500.0])
-    with pytest.raises(ValueError):
-        split_throttled([1, 2], [1980.0], 1980.0, 0.75)
+    assert not is_throttled(100.0, 0.0, 0.75)  # a reader that knows no maximum judges nothing
 
 
 def test_clock_reader_without_a_gpu_says_why():

@@ -98,7 +98,7 @@ def synthetic_results(plots: bool) -> Results:
     waivers = (Waiver("scale", "tolerance bf16 rtol=2e-2", "synthetic: fp32 accumulation"),)
     env = {"device": "synthetic-device (test fixture)", "arch": "cpu", "date": "2026-11-29T08:00:00+00:00",
            "flush": "none", "stopping_rule": "synthetic", "throttle": "synthetic",
-           "clocks": {"sm_mhz": 1980, "list": [1, "two", None, True]}, "dirty": False}
+           "clocks": {"sm_mhz": 1980, "list": [1, "two", None, True]}, "git_dirty": False}
     ceilings = {"copy_gbps": 4000.0,
                 "bandwidth_gbps": {"fill": 3900.0, "copy": 4000.0, "add": 4100.0, "read": 4300.0},
                 "matmul_tflops": {"bf16": 700.0, "fp32": 50.0},

@@ -64,15 +64,16 @@ def scale_doc() -> dict:
 
 
 def rich_doc() -> dict:
-    """Every section of the README's spec reference, as rmsnorm.toml and rope.toml use them."""
+    """Every section of the README's spec reference, as rmsnorm.toml and rope.toml use them; its launchers
+    take any keyword, as the tensors and params here are not the planted scale kernel's."""
     return {
-        "kernel": {"name": NAME, "summary": "every feature", "reference": f"{MOD}:scale_ref",
+        "kernel": {"name": NAME, "summary": "every feature", "reference": f"{MOD}:scale_ref_any",
                    "dtypes": ["fp32", "bf16"], "layouts": ["padded", "strided", "transposed"],
                    "fallback": ["cuda", "triton", "reference"], "timeout": 60},
         "backends": {
-            "triton": {"impl": f"{MOD}:scale", "arch": ["cpu", "sm_80..sm_90", "<sm_100"],
+            "triton": {"impl": f"{MOD}:scale_any", "arch": ["cpu", "sm_80..sm_90", "<sm_100"],
                        "requires": ["triton"], "layouts": ["padded"]},
-            "cuda": {"impl": f"{MOD}:scale", "arch": [">=sm_80"], "requires": ["zz_fuzz_missing_ext"],
+            "cuda": {"impl": f"{MOD}:scale_any", "arch": [">=sm_80"], "requires": ["zz_fuzz_missing_ext"],
                      "tools": ["nvcc"], "source": f"{MOD}:scale", "build": f"{MOD}:scale"},
         },
         "peers": {"liger": {"impl": "zz_fuzz_missing_peer:scale", "requires": ["zz_fuzz_missing_peer"]}},
@@ -451,8 +452,9 @@ def test_directory_and_missing_file(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("expression", NASTY_EXPRESSIONS, ids=[f"e{i}" for i in range(len(NASTY_EXPRESSIONS))])
-def test_nasty_expression_in_a_shape_is_one_line(expression):
-    """Each listed expression on its own, so a failure here names the input directly."""
+def test_nasty_expression_in_a_shape_gives_one_line_per_problem(expression):
+    """Each listed expression on its own, so a failure here names the input directly. Some are valid
+    (``2 ** 64``, deep parentheses); the others give one line per case they break, never a traceback."""
     doc = scale_doc()
     doc["inputs"]["w"]["shape"] = [expression]
     assert_one_line_problems(toml_dumps(doc).encode())
@@ -466,6 +468,15 @@ def _set(path, value):
         for p in path[:-1]:
             node = node.setdefault(p, {})
         node[path[-1]] = value
+    return apply
+
+
+def _param(name, entry):
+    """Add a param, and call launchers that take it (scale's own signature has no params)."""
+    def apply(doc):
+        doc["params"][name] = entry
+        doc["kernel"]["reference"] = f"{MOD}:scale_ref_any"
+        doc["backends"]["triton"]["impl"] = f"{MOD}:scale_any"
     return apply
 
 
@@ -492,8 +503,9 @@ REGRESSIONS = [
     (_set((" ",), 1), 2, '" ": unknown key'),
     (_set(("",), 1), 2, '"": unknown key'),
     (_set(("waive", "determinism"), "a\nb"), 0, None),
-    (_set(("params", "mode"), {"value": "fast"}), 0, None),  # a string param: used to fail once per case
-    (_set(("params", "limit"), {"value": math.inf}), 0, None),  # used to be "undefined symbol 'inf'"
+    (_param("mode", {"value": "fast"}), 0, None),  # a string param: used to fail once per case
+    (_param("limit", {"value": math.inf}), 0, None),  # used to be "undefined symbol 'inf'"
+    (_set(("params", "mode"), {"value": "fast"}), 2, 'has no keyword parameter "mode" (the spec\'s params.mode)'),
     (_set(("outputs", "out", "dtype"), "int64"), 0, None),  # used to ask for values, which outputs cannot take
     (_rename("inputs", "w", "w w"), 2, "inputs.w w: not a Python identifier"),
     (_rename("outputs", "out", "x"), 2, "outputs.x: inputs.x has the same name"),
@@ -519,7 +531,8 @@ def test_huge_integer_literal_is_invalid_toml():
 
 def test_param_values_evaluate_to_themselves(tmp_path):
     doc = scale_doc()
-    doc["params"] = {"mode": {"value": "fast"}, "limit": {"value": math.inf}, "eps": {"value": 1e-6}}
+    for name, value in (("mode", "fast"), ("limit", math.inf), ("eps", 1e-6)):
+        _param(name, {"value": value})(doc)
     path = tmp_path / f"{NAME}.toml"
     path.write_text(toml_dumps(doc))
     spec = load(path)

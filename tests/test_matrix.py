@@ -13,7 +13,7 @@ from harness.cli.main import main
 SPEC = """
 [kernel]
 name = "{name}"
-reference = "tests.planted.broken_kernels:scale_ref"
+reference = "tests.planted.aot_kernels:copy_ref"
 dtypes = ["fp32"]
 layouts = ["padded", "strided", "transposed"]
 

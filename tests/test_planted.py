@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.correctness.args import case_seed
 from harness.correctness.checks import CaseContext, CheckFailure, run_checks
 from harness.spec.imports import resolve_import
-from harness.spec.load import load as load_spec
 from harness.target.device import detect
-from tests.e2e import write_spec
+from tests.e2e import make_spec
 from tests.planted import broken_kernels
-
-ALL_LAYOUTS = '["padded", "strided", "transposed"]'
-
-
-def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
-    return load_spec(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
 
 
 def run_all(spec, dtypes=("fp32", "bf16")) -> dict[str, list[str]]:

@@ -1,12 +1,12 @@
-"""`pytest --benchmark-only` turns bench cases into items timed by the engine; pytest-benchmark's JSON
-and compare machinery then work on those samples."""
+"""`pytest --benchmark-only` turns bench cases into items timed by the engine, and pytest-benchmark's JSON
+holds the engine's samples (its compare machinery on an export is tested in test_report.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-TEMPLATE = (Path(__file__).parent / "specs" / "scale.toml").read_text()
+from tests.e2e import REPO, write_spec
+
 BENCH = """
 [[cases.bench]]
 rows = 64
@@ -16,10 +16,9 @@ headline = true
 
 
 def test_benchmark_only_runs_bench_cases_through_the_engine(pytester, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
-    spec = TEMPLATE.replace("{impl}", "tests.planted.broken_kernels:scale").replace(
-        "{layouts}", '["padded", "strided", "transposed"]') + BENCH
-    pytester.makefile(".toml", **{"specs/scale": spec})
+    monkeypatch.syspath_prepend(str(REPO))
+    (pytester.path / "specs").mkdir()
+    write_spec(pytester.path / "specs", "scale", "tests.planted.broken_kernels:scale", extra=BENCH)
     out = pytester.path / "bench.json"
     result = pytester.runpytest_inprocess("--specs", "specs", "--benchmark-only", "--dtype", "fp32",
                                           "-k", "reference", f"--benchmark-json={out}", "-q")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from harness.bench.plan import arch_matrix_rows
 from harness.cli.main import main
+from harness.results.model import ArchRow
 from harness.spec.archs import parse_rule
 from harness.target import resolve as resolve_mod
 from harness.target.device import fake_device
 from harness.target.resolve import resolve
-from tests.test_planted import make_spec
+from tests.e2e import make_spec, synthetic_results
 
 CUDA_BACKEND = """
 [backends.cuda]
@@ -97,6 +101,40 @@ def test_build_failure_falls_back(tmp_path, monkeypatch):
     statuses = {s.backend: s for s in resolve(spec, device)}
     assert statuses["cuda"].reason == "build failed: RuntimeError: nvcc exited with 1"
     assert statuses["triton"].selected
+
+
+def test_arch_matrix_says_ran_only_for_the_first_choice(tmp_path):
+    spec = spec_with_cuda(tmp_path)
+    assert arch_matrix_rows(resolve(spec, fake_device("sm_90"))) == [
+        ArchRow("scale", "sm_90", "cuda", "ran", ""),
+        ArchRow("scale", "sm_90", "triton", "skipped", "available, but cuda comes first"),
+        ArchRow("scale", "sm_90", "reference", "skipped", "available, but cuda comes first")]
+
+
+def test_arch_matrix_marks_a_fallback_with_what_it_fell_back_past(tmp_path):
+    spec = spec_with_cuda(tmp_path, tool="no-such-compiler-xyz")
+    rows = {r.backend: r for r in arch_matrix_rows(resolve(spec, fake_device("sm_90")))}
+    assert rows["triton"] == ArchRow("scale", "sm_90", "triton", "fallback",
+                                     "cuda: tool no-such-compiler-xyz not found")
+    assert rows["cuda"].status == "unavailable" and rows["reference"].status == "skipped"
+    rows = {r.backend: r for r in arch_matrix_rows(resolve(spec_with_cuda(tmp_path), fake_device("sm_75")))}
+    assert rows["reference"].status == "fallback"
+    assert rows["reference"].reason == ("cuda: architecture sm_75 is outside >=sm_80; "
+                                        "triton: architecture sm_75 is outside cpu, >=sm_80")
+    assert [rows[b].status for b in ("cuda", "triton")] == ["unavailable", "unavailable"]
+
+
+def test_report_renders_a_fallback_from_the_plan(tmp_path, monkeypatch):
+    from harness.report import render
+    from harness.report.plots import Plots
+
+    monkeypatch.setattr(render, "render_plots", lambda results, out: Plots(notes=("plots off in this test",)))
+    rows = arch_matrix_rows(resolve(spec_with_cuda(tmp_path, tool="no-such-compiler-xyz"), fake_device("sm_90")))
+    text = render.render_report(replace(synthetic_results(), arch_matrix=tuple(rows)), tmp_path).read_text()
+    arch = text[text.index("\n## Architecture matrix\n"):]
+    arch = arch[:arch.find("\n## ", 1)]
+    assert "fell back to `triton` because cuda: tool no-such-compiler-xyz not found" in arch
+    assert "`cuda` unavailable: tool no-such-compiler-xyz not found; fell back to triton" in arch
 
 
 def test_resolve_command_prints_another_arch_without_running(capsys):

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).parents[1]
-TEMPLATE = (ROOT / "tests" / "specs" / "scale.toml").read_text()
+from tests.e2e import REPO, write_spec
+
 BENCH = "".join(f"\n[[cases.bench]]\nrows = {r}\ncols = 512\n" for r in (64, 128, 256, 512, 1024, 2048))
 
 
@@ -24,10 +24,9 @@ def _bench(specs: Path, out: Path, *extra: str) -> list[str]:
 def test_killed_bench_renders_partially_and_resumes(tmp_path):
     specs, out = tmp_path / "specs", tmp_path / "out"
     specs.mkdir()
-    (specs / "scale.toml").write_text(TEMPLATE.replace("{impl}", "tests.planted.broken_kernels:scale").replace(
-        "{layouts}", '["padded", "strided", "transposed"]') + BENCH)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(_bench(specs, out), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    write_spec(specs, "scale", "tests.planted.broken_kernels:scale", extra=BENCH)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(_bench(specs, out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     journal = out / "cases.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -43,12 +42,12 @@ def test_killed_bench_renders_partially_and_resumes(tmp_path):
 
     partial = tmp_path / "partial"
     report = subprocess.run([sys.executable, "-m", "harness", "report", str(journal), "--out", str(partial)],
-                            cwd=ROOT, env=env, capture_output=True, text=True)
+                            cwd=REPO, env=env, capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     text = (partial / "report.md").read_text()
     assert "scale" in text and "rows=64" in text
 
-    done = subprocess.run(_bench(specs, out, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True,
+    done = subprocess.run(_bench(specs, out, "--resume"), cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())

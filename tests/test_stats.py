@@ -1,32 +1,52 @@
-"""Statistics of timing samples, checked against numpy on known data."""
+"""Statistics of timing samples, checked against hand-computed values and the statistics module."""
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
+import subprocess
+import sys
+import tracemalloc
 from dataclasses import fields
 
 import numpy as np
 import pytest
 
+from harness.timing import stats as stats_mod
 from harness.timing.engine import TimingConfig
 from harness.timing.stats import Stats, StoppingRule, speedup, stats_frame, summarize
 
 
-def test_summarize_matches_numpy():
+def test_summarize_on_a_hand_computed_sample():
+    """1..10 with one low and one high outlier. Order statistics by linear interpolation between the
+    sorted values at position q * (n - 1) = 11q: p5 at 0.55 (-50 + 0.55 * 51), p25 at 2.75, the median
+    at 5.5, p75 at 8.25, p95 at 10.45 (10 + 0.45 * 90)."""
+    s = summarize([7, 3, 100, 1, 10, 5, -50, 2, 9, 4, 8, 6])
+    assert s.n == 12 and (s.min, s.max) == (-50.0, 100.0)
+    assert [s.p5, s.p25, s.median, s.p75, s.p95] == pytest.approx([-21.95, 2.75, 5.5, 8.25, 50.5])
+    assert s.iqr == pytest.approx(5.5)
+    assert s.mean == pytest.approx(105 / 12)
+    # squared deviations: sum of squares 385 + 10000 + 2500 = 12885, less 12 x 8.75**2 = 918.75
+    assert s.std == pytest.approx(math.sqrt(11966.25 / 11))
+    assert s.cv == pytest.approx(math.sqrt(11966.25 / 11) / 8.75)
+    # fences at 2.75 - 8.25 = -5.5 and 8.25 + 8.25 = 16.5: -50 and 100 are outside, 1 and 10 inside
+    assert (s.outliers_low, s.outliers_high) == (1, 1)
+
+
+def test_summarize_agrees_with_the_statistics_module():
+    """An independent implementation: statistics.quantiles(method="inclusive") cuts at 5% steps."""
     rng = np.random.default_rng(1)
-    x = np.concatenate([rng.normal(100.0, 2.0, 500), [160.0, 170.0, 20.0]])
+    x = np.concatenate([rng.normal(100.0, 2.0, 500), [160.0, 170.0, 20.0]]).tolist()
     s = summarize(x)
-    q = np.percentile(x, [5, 25, 50, 75, 95])
-    assert s.n == x.size
-    assert (s.min, s.max) == (x.min(), x.max())
-    assert np.allclose([s.p5, s.p25, s.median, s.p75, s.p95], q)
-    assert s.mean == pytest.approx(x.mean())
-    assert s.std == pytest.approx(x.std(ddof=1))
-    assert s.cv == pytest.approx(x.std(ddof=1) / x.mean())
-    assert s.iqr == pytest.approx(q[3] - q[1])
-    assert s.outliers_low == int((x < q[1] - 1.5 * (q[3] - q[1])).sum()) >= 1
-    assert s.outliers_high == int((x > q[3] + 1.5 * (q[3] - q[1])).sum()) >= 2
+    cuts = statistics.quantiles(x, n=20, method="inclusive")
+    p5, p25, median, p75, p95 = cuts[0], cuts[4], cuts[9], cuts[14], cuts[18]
+    assert [s.p5, s.p25, s.median, s.p75, s.p95] == pytest.approx([p5, p25, median, p75, p95], rel=1e-12)
+    assert s.median == pytest.approx(statistics.median(x), rel=1e-12)
+    assert s.mean == pytest.approx(statistics.fmean(x)) and s.std == pytest.approx(statistics.stdev(x))
+    iqr = p75 - p25
+    assert s.outliers_low == sum(v < p25 - 1.5 * iqr for v in x) >= 1
+    assert s.outliers_high == sum(v > p75 + 1.5 * iqr for v in x) >= 2
 
 
 def test_outliers_counted_not_dropped():
@@ -45,9 +65,20 @@ def test_bootstrap_interval_contains_median_and_is_deterministic():
     assert s.median_ci_lo <= narrow.median_ci_lo <= narrow.median_ci_hi <= s.median_ci_hi
 
 
-def test_bootstrap_large_sample_uses_bounded_blocks():
+def test_bootstrap_large_sample_uses_bounded_blocks(monkeypatch):
+    """Peak memory of the bootstrap follows the block size, not n_boot x n: with blocks of 200,000
+    indices, 500 resamples of 20,000 samples (80 MB of indices at once) stay within a few MB."""
+    monkeypatch.setattr(stats_mod, "_BLOCK_ELEMENTS", 200_000)
     x = np.random.default_rng(3).normal(50.0, 1.0, 20_000)
-    s = summarize(x, n_boot=500)
+    tracemalloc.start()
+    try:
+        s = summarize(x, n_boot=500)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # one block's int64 indices, the float64 values they gather and np.median's partitioned copy: three
+    # arrays of 8 bytes x 200,000; without blocks it would be 500 x 20,000 x 8 bytes = 80 MB each
+    assert peak < 5 * 8 * 200_000, f"peak {peak / 1e6:.1f} MB"
     assert s.median_ci_lo <= s.median <= s.median_ci_hi
     assert s.median_ci_hi - s.median_ci_lo < 0.1
 
@@ -93,6 +124,14 @@ def test_stats_frame_one_row_per_label():
     assert list(frame.columns) == [f.name for f in fields(Stats)]
     assert frame.loc["triton", "median"] == 2.0
     assert frame.loc["eager", "n"] == 2 and frame.loc["none", "n"] == 0
+
+
+def test_importing_the_timing_code_does_not_import_pandas():
+    """Every worker imports the engine and its statistics; only stats_frame needs pandas, so only it imports it."""
+    code = ("import sys, harness.timing.engine, harness.timing.stats as s; assert 'pandas' not in sys.modules; "
+            "s.stats_frame({'a': [1.0]}); assert 'pandas' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- the stopping rule

@@ -57,7 +57,11 @@ def _benchmark(case: CaseResult) -> dict:
 
 
 def to_pytest_benchmark(results: Results) -> dict:
-    """The run as one pytest-benchmark JSON document (times in seconds)."""
+    """The run as one pytest-benchmark JSON document (times in seconds).
+
+    Provenance comes from the keys harness.timing.environment.collect_environment writes; what it does
+    not record (commit time, branch, project) is left empty rather than guessed.
+    """
     env = results.environment
     doc = to_json(results)
     machine_info = {
@@ -68,20 +72,19 @@ def to_pytest_benchmark(results: Results) -> dict:
         "environment": doc["environment"],
         "ceilings": doc["ceilings"],
     }
-    commit = env.get("git_commit") or env.get("commit")
     commit_info = {
-        "id": commit or "unknown",
-        "time": env.get("commit_time"),
-        "author_time": env.get("commit_time"),
-        "dirty": bool(env.get("git_dirty", env.get("dirty", False))),
-        "project": env.get("project") or "unknown",
-        "branch": env.get("branch") or "(unknown)",
+        "id": env.get("git_commit") or "unknown",
+        "time": None,
+        "author_time": None,
+        "dirty": bool(env.get("git_dirty")),
+        "project": "unknown",
+        "branch": "(unknown)",
     }
     return {
         "machine_info": machine_info,
         "commit_info": commit_info,
         "benchmarks": [_benchmark(c) for c in results.cases if c.status == "ok" and c.samples_us],
-        "datetime": env.get("date") or env.get("timestamp"),
+        "datetime": env.get("date"),
         "version": pytest_benchmark.__version__,
     }
 

@@ -1,6 +1,7 @@
 """What the device itself says about time: SM clock readings (NVML) and kernel timestamps (CUPTI).
 
-- SM clock: one NVML reading per timing sample, and the throttle filter built on them. Read-only
+- SM clock: one NVML reading per timing sample, and :func:`is_throttled`, the test the engine's sample
+  loop applies to each (the one place a sample is judged throttled). Read-only
   by design: nothing here sets clocks, power limits or any other device state. When NVML (the
   ``pynvml`` module of nvidia-ml-py) is missing or cannot see the device, readers say *why* and
   return nothing, and the engine keeps all samples.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Sequence
 
 try:  # nvidia-ml-py; absent on CPU-only machines
     import pynvml
@@ -118,22 +118,6 @@ def is_throttled(clock_mhz: float | None, max_mhz: float | None, fraction: float
     if clock_mhz is None or not max_mhz or max_mhz <= 0:
         return False
     return clock_mhz < fraction * max_mhz
-
-
-def split_throttled(samples: Sequence[float], clocks: Sequence[float | None], max_mhz: float | None,
-                    fraction: float) -> tuple[list[float], list[float], list[float]]:
-    """(kept samples, dropped samples, clocks of the kept ones); a missing reading keeps its sample."""
-    if len(samples) != len(clocks):
-        raise ValueError(f"{len(samples)} samples but {len(clocks)} clock readings")
-    kept, dropped, kept_clocks = [], [], []
-    for value, clock in zip(samples, clocks, strict=True):
-        if is_throttled(clock, max_mhz, fraction):
-            dropped.append(value)
-        else:
-            kept.append(value)
-            if clock is not None:
-                kept_clocks.append(clock)
-    return kept, dropped, kept_clocks
 
 
 def nvml_snapshot(device) -> dict:

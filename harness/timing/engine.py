@@ -2,10 +2,11 @@
 
 One GPU sample: evict L2 by *reading* a buffer twice the device's L2 (a write flush leaves dirty
 lines that the timed kernel pays to write back), queue a spin kernel so the host's launches hide
-behind it, then run ``fn``. The default method reads kernel timestamps from CUPTI (torch.profiler):
-a sample is the end of the last minus the start of the first GPU activity ``fn`` launched. The
-fallback brackets ``fn`` with CUDA events and subtracts the cost of an empty event pair. On a CPU
-the same loop runs with ``time.perf_counter_ns``.
+behind it, then run ``fn``. The default method (``"auto"``, which means ``"events"``) brackets ``fn``
+with CUDA events and subtracts the cost of an empty event pair. ``method="cupti"`` reads kernel
+timestamps from CUPTI (torch.profiler) instead: a sample is the end of the last minus the start of the
+first GPU activity ``fn`` launched. ``"host"`` times ``fn`` plus a synchronize with the host clock. On a
+CPU the same loop runs with ``time.perf_counter_ns``.
 """
 
 from __future__ import annotations

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas costs every worker process an import; only stats_frame needs it
+    import pandas as pd
 
 _NAN = float("nan")
 # Bootstrap resamples are drawn in blocks of about this many indices, so memory stays bounded
@@ -120,6 +123,8 @@ def speedup(baseline: Sequence[float], candidate: Sequence[float], *, seed: int 
 
 def stats_frame(samples_by_label: dict[str, Sequence[float]], *, seed: int = 0) -> pd.DataFrame:
     """One row per label (the index, named "label"), one column per :class:`Stats` field."""
+    import pandas as pd
+
     columns = [f.name for f in fields(Stats)]
     rows = [asdict(summarize(v, seed=seed)) for v in samples_by_label.values()]
     return pd.DataFrame(rows, columns=columns, index=pd.Index(list(samples_by_label), name="label"))

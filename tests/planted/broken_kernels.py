@@ -48,6 +48,16 @@ def scale_ref(*, x, w, out):
     out.copy_(x.to(acc) * w.to(acc) * 2.0)
 
 
+def scale_any(**kwargs):
+    """scale, taking any keyword: for specs whose tensors and params vary (tests/test_fuzz_specs.py)."""
+    scale(x=kwargs["x"], w=kwargs["w"], out=kwargs["out"])
+
+
+def scale_ref_any(**kwargs):
+    """scale_ref, taking any keyword."""
+    scale_ref(x=kwargs["x"], w=kwargs["w"], out=kwargs["out"])
+
+
 def scale_off_by_one(*, x, w, out):
     _launch(x, w, out, DROP_LAST=True)
 
