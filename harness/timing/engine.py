@@ -270,15 +270,12 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float) -> Measurement:
         # [64, 4096]; CUPTI's kernel span reads 1 us short on the small case (it excludes the launch
         # front-end that ncu counts). So auto means events; cupti stays available by name.
         method = "events"
-    if method == "cupti":
+    if method == "cupti":  # asked for by name: an unusable CUPTI is an error, never a silent switch
         try:
             batch, chunk, name = _cupti_batch(fn, cu, reader, params, statistics.median(totals[-3:]))
         except _CuptiUnusable as exc:
-            if cfg.method == "cupti":
-                raise RuntimeError(f"cupti timing unusable: {exc}") from exc
-            params["fallback_reason"] = f"cupti unusable: {exc}"
-            method = "events"
-    if method in ("events", "host"):
+            raise RuntimeError(f"cupti timing unusable: {exc}") from exc
+    else:
         batch, chunk = _plain_batch(fn, cu, reader, params, events=method == "events"), 1
         name = "cuda-events-minus-overhead" if method == "events" else "host-perf-counter+sync"
     kept, dropped, clocks, reason = _sample_loop(batch, cfg, reader, t0, chunk, params)
