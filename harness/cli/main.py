@@ -15,7 +15,8 @@ def _load_plugins() -> None:
     # Commands living in their own modules register themselves on import.
     import importlib
 
-    for mod in ("harness.cli.specs", "harness.cli.bench", "harness.cli.matrix", "harness.cli.sanitize"):
+    for mod in ("harness.cli.specs", "harness.cli.bench", "harness.cli.matrix", "harness.cli.sanitize",
+                "harness.cli.compare"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

@@ -22,6 +22,8 @@ from harness.results.model import (
     _STATS_REQUIRED_NUMBERS,
     ARCH_STATUSES,
     BOUNDS,
+    CASE_FIELDS_ADDED_IN,
+    READABLE_VERSIONS,
     ROLES,
     SCHEMA_VERSION,
     STATS_KEYS,
@@ -259,12 +261,31 @@ def _case_key(case: CaseResult) -> tuple:
     return (case.kernel, case.provider, case.backend, case.dtype, case.case_id)
 
 
-def _check_version(doc: dict) -> None:
+def _check_version(doc: dict) -> int:
     if "schema_version" not in doc:
         raise _Bad("schema_version", "required key is missing")
     version = doc["schema_version"]
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise _Bad("schema_version", f"unsupported version {_describe(version)} (this harness reads {SCHEMA_VERSION})")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_VERSIONS)
+        raise _Bad("schema_version", f"unsupported version {_describe(version)} (this harness reads {readable})")
+    return int(version)
+
+
+def _upgrade_case(case, version: int, where: str):
+    """A case of an older schema as one of the current schema: the fields added since get their defaults.
+
+    Only a dict is upgraded (anything else fails the normal checks); a field from a later version than the
+    file's is refused as unknown, so a version-2 file cannot smuggle in schema-3 keys."""
+    if version == SCHEMA_VERSION or not isinstance(case, dict):
+        return case
+    defaults = {f.name: f.default for f in fields(CaseResult)}
+    case = dict(case)
+    for key, since in CASE_FIELDS_ADDED_IN.items():
+        if version < since:
+            if key in case:
+                raise _Bad(_at(where, key), f"unknown key in a schema version {version} file (added in {since})")
+            case[key] = defaults[key]
+    return case
 
 
 def results_from_json(doc, source: str = "<results>") -> Results:
@@ -272,7 +293,12 @@ def results_from_json(doc, source: str = "<results>") -> Results:
     try:
         if not isinstance(doc, dict):
             raise _Bad("(top level)", f"expected an object, got {_describe(doc)}")
-        _check_version(doc)
+        version = _check_version(doc)
+        if version != SCHEMA_VERSION and isinstance(doc.get("cases"), list):
+            doc = {**doc, "schema_version": SCHEMA_VERSION,
+                   "cases": [_upgrade_case(c, version, f"cases[{i}]") for i, c in enumerate(doc["cases"])]}
+        elif version != SCHEMA_VERSION:
+            doc = {**doc, "schema_version": SCHEMA_VERSION}
         results = _from_dict(Results, doc, "")
         seen: dict[tuple, int] = {}
         for i, case in enumerate(results.cases):
@@ -284,9 +310,9 @@ def results_from_json(doc, source: str = "<results>") -> Results:
     return results
 
 
-def case_from_json(doc, source: str = "<case>") -> CaseResult:
+def case_from_json(doc, source: str = "<case>", version: int = SCHEMA_VERSION) -> CaseResult:
     try:
-        return _from_dict(CaseResult, doc, "case")
+        return _from_dict(CaseResult, _upgrade_case(doc, version, "case"), "case")
     except _Bad as exc:
         raise ResultsError(f"{source}: {exc}") from None
 
@@ -348,10 +374,10 @@ def load_partial(jsonl_path: str | os.PathLike) -> tuple[CaseResult, ...]:
             for key in record:
                 if key not in ("schema_version", "case"):
                     raise _Bad(_at("", key), "unknown key (a record has schema_version and case)")
-            _check_version(record)
+            version = _check_version(record)
             if "case" not in record:
                 raise _Bad("case", "required key is missing")
         except _Bad as exc:
             raise ResultsError(f"{where}: {exc}") from None
-        cases.append(case_from_json(record["case"], where))
+        cases.append(case_from_json(record["case"], where, version))
     return tuple(cases)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from harness.spec.waivers import Waiver  # noqa: F401  (part of the results schema)
 
-SCHEMA_VERSION = 2  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps
+SCHEMA_VERSION = 3  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid
+READABLE_VERSIONS = (2, 3)  # older files load with the fields added since filled by their defaults
 
 
 STATUSES = ("ok", "wrong", "error", "skipped")
@@ -75,6 +76,15 @@ class CaseResult:
     verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
     speedups: dict                # other provider -> {"ratio", "lo", "hi"}; > 1: this one is faster
     seed: int
+    # The GPU the case ran on, so a speedup never divides times taken on two cards: every provider of one
+    # (kernel, case, dtype) runs on one worker. None on a CPU and in files written before schema 3.
+    gpu_index: int | None = None  # the index as the benchmark's parent process numbers the visible GPUs
+    gpu_uuid: str | None = None   # torch's device UUID, stable across CUDA_VISIBLE_DEVICES orderings
+
+
+# CaseResult fields a schema version added: a file of an older version must not have them; it loads with
+# their defaults (the dataclass's), as a record of the current schema.
+CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """Crash isolation: kernels run in long-lived worker processes that are replaced when they die or hang.
 
 One worker per device (one per GPU, pinned through ``CUDA_VISIBLE_DEVICES``; one on the CPU). A task is
-an import path plus picklable keyword arguments; its outcome is ``ok``, ``error`` (the task raised),
-``timeout`` (killed after its time limit) or ``crashed`` (the process died: segfault, abort, ``os._exit``).
+an import path plus picklable keyword arguments, optionally with an ``affinity``: every task of one affinity
+runs on the worker slot (so the GPU) that took the first of them, so numbers that will be divided by each
+other (the providers of one benchmark case) never come from two cards. Its outcome is ``ok``, ``error`` (the
+task raised), ``timeout`` (killed after its time limit) or ``crashed`` (the process died: segfault, abort,
+``os._exit``).
 A task that hit a CUDA error retires its worker: an illegal memory access poisons the whole CUDA context,
 so every later task in that process would fail too.
 
@@ -41,6 +44,7 @@ class Task:
     kwargs: dict = field(default_factory=dict)
     label: str = ""
     timeout_s: float | None = None   # None: the pool's default
+    affinity: str | None = None      # tasks sharing it run on one worker slot (one device); None: any
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
         self._queue: deque[Pending] = deque()
         self._start_failures = [0] * len(self.devices)
+        self._bound: dict[str, int] = {}  # affinity -> the slot that took its first task
         self._closed = False
         self._workers: list[_Worker | None] = []
         atexit.register(self.close)  # the last resort if the owner never closes: no orphans
@@ -216,10 +221,27 @@ class WorkerPool:
                 elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
                     self._replace(w, startup_error=f"did not start within {STARTUP_TIMEOUT_S:g} s")
 
+    def _next_for(self, slot: int) -> Pending | None:
+        """The first queued task this slot may take: no affinity, an unbound one, or one bound to it."""
+        for p in self._queue:
+            a = p.task.affinity
+            bound = self._bound.get(a) if a is not None else None
+            if bound is not None and self._workers[bound] is None:
+                del self._bound[a]  # its slot was given up: the rest of the group goes elsewhere, together
+                bound = None
+            if bound is None or bound == slot:
+                return p
+        return None
+
     def _dispatch(self) -> None:
         for w in self._workers:
             while w is not None and w.ready and w.job is None and self._queue:
-                p = self._queue.popleft()
+                p = self._next_for(w.slot)
+                if p is None:
+                    break  # what is queued belongs to other slots' groups
+                self._queue.remove(p)
+                if p.task.affinity is not None:
+                    self._bound.setdefault(p.task.affinity, w.slot)
                 try:
                     w.conn.send((p.task.fn, p.task.kwargs))  # pickled before anything is written
                 except (BrokenPipeError, ConnectionError, EOFError):

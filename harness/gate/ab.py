@@ -1,0 +1,149 @@
+"""``bench --against REF``: the kernels of a git ref and of the working tree, timed interleaved on one GPU.
+
+``load both sides -> match kernels, cases and dtypes -> one task per case -> records``. Each case's task
+checks and times both sides on one device (harness/gate/abcase.py); with a worker pool the cases of a
+multi-GPU host spread over the GPUs, each case whole on one. Only kernels present on both sides are
+compared; new and removed kernels, and cases on one side only, are listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.gate.basetree import BaseTree
+from harness.gate.calibration import for_spec
+from harness.gate.compare import side_from_environment
+from harness.gate.interleave import BlockConfig
+from harness.gate.model import IN_PROCESS, CaseComparison, Comparison, Threshold
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    pairs: tuple                   # (pr spec, base spec, case id, dtype) per case to compare
+    new_kernels: tuple[str, ...]
+    removed_kernels: tuple[str, ...]
+    unmatched: tuple[str, ...]
+
+
+def load_base_specs(base: BaseTree, names=None) -> tuple[dict, list[str]]:
+    """The base's specs by name (its module root importable first), and a line for each that does not load."""
+    from harness.spec.load import load
+    from harness.spec.schema import SpecError
+
+    if base.root not in sys.path:
+        sys.path.append(base.root)
+    specs, problems = {}, []
+    for path in sorted(Path(base.specs_dir).glob("*.toml")):
+        if names and path.stem not in names:
+            continue
+        try:
+            specs[path.stem] = load(path)
+        except SpecError as exc:
+            problems.append(f"{path.stem}: the base spec does not load with this harness: {exc.problems[0]}")
+    return specs, problems
+
+
+def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_problems=()) -> ABPlan:
+    """Kernels on both sides, then their bench cases (by id) and dtypes on both sides."""
+    broken = {line.split(":", 1)[0] for line in base_problems}
+    pairs, unmatched = [], list(base_problems)
+    for name in sorted(set(pr_specs) & set(base_specs)):
+        pr, base = pr_specs[name], base_specs[name]
+        base_ids = {c.id for c in base.cases["bench"]}
+        pr_ids = {c.id for c in pr.cases["bench"]}
+        unmatched += [f"{name} {i}: only in the PR" for i in sorted(pr_ids - base_ids)]
+        unmatched += [f"{name} {i}: only in the base" for i in sorted(base_ids - pr_ids)]
+        wanted = [d for d in pr.dtypes if not dtypes or d in dtypes]
+        for dtype in wanted:
+            if dtype not in base.dtypes:
+                unmatched.append(f"{name} {dtype}: the base does not declare this dtype")
+                continue
+            pairs += [(pr, base, c.id, dtype) for c in pr.cases["bench"] if c.id in base_ids]
+    return ABPlan(tuple(pairs), tuple(sorted(set(pr_specs) - set(base_specs) - broken)),
+                  tuple(sorted(set(base_specs) - set(pr_specs))), tuple(unmatched))
+
+
+def case_tasks(plan: ABPlan, base: BaseTree, *, seed: int, provider: str | None, blocks: BlockConfig,
+               default: Threshold, noise: dict, confidence: float, warmup_s: float = 60.0):
+    from harness.correctness.args import case_seed
+    from harness.workers.pool import Task
+
+    tasks = []
+    for pr, base_spec, case_id, dtype in plan.pairs:
+        case = next(c for c in pr.cases["bench"] if c.id == case_id)
+        rule = for_spec(default, pr)
+        kwargs = dict(pr_spec_path=str(pr.path), base_spec_path=str(base_spec.path), base_root=base.root,
+                      case_id=case_id, dtype=dtype, seed=case_seed(pr, dtype, case, seed), provider=provider,
+                      blocks=dataclasses.asdict(blocks), threshold=dataclasses.asdict(rule),
+                      noise=noise.get((pr.name, case_id, dtype)), confidence=confidence)
+        # Both sides' own time limits, the sampling budget, and the warm-up and checks of two providers.
+        limit = pr.timeout_s + base_spec.timeout_s + blocks.budget_s + warmup_s
+        tasks.append(Task("harness.gate.abcase:run_ab_case", kwargs, f"{pr.name} {dtype} {case_id}", limit))
+    return tasks
+
+
+def record(d: dict, pr_spec, ceilings) -> CaseComparison:
+    """A task's dict as a record, with each side's % of roofline from the PR spec's model."""
+    from harness.bench.roofline import roofline
+    from harness.correctness.args import full_env
+
+    d = {k: v for k, v in d.items() if k != "method"}
+    case = next(c for c in pr_spec.cases["bench"] if c.id == d["case_id"])
+    env = full_env(pr_spec, case, d["dtype"])
+    pct = {}
+    for side in ("base", "pr"):
+        median = d[f"{side}_median_us"]
+        pct[side] = roofline(pr_spec, env, median, ceilings, d["dtype"])["pct_roofline"] if median else None
+    return CaseComparison(**{**d, "threshold": Threshold(**d["threshold"]) if d["threshold"] else None,
+                             "base_blocks_us": tuple(tuple(b) for b in d["base_blocks_us"]),
+                             "pr_blocks_us": tuple(tuple(b) for b in d["pr_blocks_us"]),
+                             "base_pct_roofline": pct["base"], "pr_pct_roofline": pct["pr"]})
+
+
+def failed(task, verdict: str, reason: str) -> dict:
+    """The record of a case whose task never returned (crash, hang): the PR's fault unless shown otherwise."""
+    k = task.kwargs
+    return dict(kernel=Path(k["pr_spec_path"]).stem, dtype=k["dtype"], case_id=k["case_id"], shape={},
+                headline=False, verdict=verdict, reason=reason[:500], base_provider="", pr_provider=k["provider"] or "",
+                base_median_us=None, pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None,
+                threshold=k["threshold"], noise=k["noise"], base_spread=None, pr_spread=None, blocks=0, stop="",
+                dropped=0, gpu_index=None, gpu_uuid=None, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[])
+
+
+def run_tasks(tasks, pool=None, progress=None):
+    """(index, dict) per task: in this process in order, or as the pool's workers finish them."""
+    from harness.bench.dispatch import gpu_identity
+    from harness.gate.abcase import run_ab_case
+
+    if pool is None:
+        for i, t in enumerate(tasks):
+            try:
+                yield i, run_ab_case(**t.kwargs)
+            except Exception as exc:  # what the task itself did not catch (a spec that no longer loads, say)
+                yield i, failed(t, "ERROR", f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        return
+    for i, outcome in pool.map_unordered(tasks):
+        if outcome.status == "ok":
+            d = dict(outcome.value)
+            d["gpu_index"] = gpu_identity(outcome.device)[0]  # the parent's numbering of the worker's GPU
+            yield i, d
+        else:  # a crash or hang while both sides ran: which one is unknown, so it is the PR's to explain
+            print(f"{tasks[i].label}: {outcome.error}", file=sys.stderr, flush=True)
+            yield i, failed(tasks[i], "ERROR", f"{outcome.summary} (in an isolated worker)")
+
+
+def comparison(plan: ABPlan, records, base: BaseTree, environment: dict, kernels, *, default: Threshold,
+               confidence: float, settings: dict, notes=()) -> Comparison:
+    """The records with both sides' provenance; spec hashes only of ``kernels`` (the ones asked for)."""
+    pr = side_from_environment("PR", "working tree", environment,
+                               spec_sha256={Path(k).name: v for k, v in environment.get("spec_sha256", {}).items()})
+    base_env = {**environment, "git_commit": base.sha, "git_dirty": False}
+    source = f"{base.ref} ({base.sha[:12]}), git archive of its kernels and specs loaded as {base.package}"
+    b = side_from_environment("base", source, base_env, spec_sha256={
+        k: v for k, v in base.spec_sha256.items() if Path(k).stem in set(kernels)})
+    return Comparison(IN_PROCESS, base.aa, b, pr, tuple(records), plan.new_kernels, plan.removed_kernels,
+                      plan.unmatched, default, confidence, settings, (), tuple(notes))
+

@@ -1,0 +1,120 @@
+"""One case of ``bench --against``: both sides' providers checked, then timed interleaved on this device.
+
+Runs in a worker process (one per GPU, so a crash or hang fails this case only) or in the caller's. Only plain
+data crosses: spec paths, names, numbers in; a dict of :class:`CaseComparison` fields out (the parent adds
+the roofline). The PR's provider is checked against the upcast reference exactly as a normal benchmark
+checks it (harness.bench.run.check_provider): a wrong candidate fails the gate whatever its speed, and is
+never timed.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from harness.gate.interleave import BlockConfig, measure_ab
+from harness.gate.model import Threshold
+from harness.gate.verdict import case_seed, decide, spread
+
+
+class _SideError(Exception):
+    def __init__(self, side: str, exc: Exception):
+        super().__init__(f"{side}: {type(exc).__name__}: {_first_line(exc)}")
+        self.side = side
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+@functools.cache
+def _load(path: str):
+    from harness.spec.load import load
+
+    return load(path)
+
+
+def _provider(spec, device, name: str | None):
+    from harness.target.providers import providers_for
+    from harness.target.resolve import resolve
+
+    provs = providers_for(spec, device, resolve(spec, device))
+    found = [p for p in provs if (p.name == name if name else p.role == "candidate")]
+    if not found:
+        raise LookupError(f"no provider {name or 'candidate'} (has {', '.join(p.name for p in provs)})")
+    return found[0]
+
+
+def _tagged(fn, kwargs: dict, side: str):
+    def call():
+        try:
+            return fn(**kwargs)
+        except Exception as exc:  # which side broke, for the case's one line
+            raise _SideError(side, exc) from exc
+    return call
+
+
+def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_id: str, dtype: str, seed: int,
+                provider: str | None, blocks: dict, threshold: dict, noise: float | None,
+                confidence: float) -> dict:
+    """The comparison of one bench case, as a dict of CaseComparison fields without the roofline ones."""
+    if base_root not in sys.path:
+        sys.path.append(base_root)  # the base's module root (kh_base_<sha>) is importable from here
+    from harness.bench.dispatch import gpu_identity
+    from harness.bench.plan import Job
+    from harness.bench.run import Reference, check_provider
+    from harness.correctness.args import make_args
+    from harness.target.device import detect
+
+    pr_spec, base_spec, device = _load(pr_spec_path), _load(base_spec_path), detect()
+    pr_case = next(c for c in pr_spec.cases["bench"] if c.id == case_id)
+    base_case = next(c for c in base_spec.cases["bench"] if c.id == case_id)
+    index, uuid = gpu_identity(device.torch_device)
+    rule = Threshold(**threshold)
+    out = dict(kernel=pr_spec.name, dtype=dtype, case_id=case_id, shape=pr_case.values, headline=pr_case.headline,
+               verdict="NOT-COMPARED", reason="", base_provider="", pr_provider="", base_median_us=None,
+               pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None, threshold=threshold,
+               noise=noise, base_spread=None, pr_spread=None, blocks=0, stop="", dropped=0, gpu_index=index,
+               gpu_uuid=uuid, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[])
+    fns = {}
+    for side, spec, case in (("PR", pr_spec, pr_case), ("base", base_spec, base_case)):
+        try:
+            prov = _provider(spec, device, provider)
+            out["pr_provider" if side == "PR" else "base_provider"] = prov.name
+            if not prov.runnable:
+                return {**out, "verdict": "NOT-COMPARED", "reason": f"{side} {prov.name}: {prov.reason}"}
+            fn = prov.load(spec)
+            wrong = check_provider(Job(spec, case, dtype, prov), fn, device, Reference(), seed)
+        except Exception as exc:  # one side's failure is this case's outcome, never the run's
+            verdict = "ERROR" if side == "PR" else "NOT-COMPARED"
+            return {**out, "verdict": verdict, "reason": f"{side}: {type(exc).__name__}: {_first_line(exc)}"}
+        if wrong:
+            verdict = "WRONG" if side == "PR" else "NOT-COMPARED"
+            return {**out, "verdict": verdict,
+                    "reason": f"{side} {prov.name} failed the correctness check: {wrong}"[:500]}
+        fns[side] = _tagged(fn, make_args(spec, case, dtype, device.torch_device, seed).kwargs(), side)
+
+    key_seed = case_seed((pr_spec.name, case_id, dtype))
+
+    def judge(base_blocks, pr_blocks):
+        return decide(base_blocks, pr_blocks, rule, paired=True, noise=noise, confidence=confidence, seed=key_seed)
+
+    try:
+        run = measure_ab(fns["base"], fns["PR"], device.torch_device, BlockConfig(**blocks), judge)
+    except _SideError as exc:
+        return {**out, "verdict": "ERROR" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
+    d = run.decision
+    stop = {"budget": "time budget spent", "max-blocks": "block limit reached"}.get(run.stop, "")
+    base_all = [v for b in run.base_blocks for v in b]
+    pr_all = [v for b in run.pr_blocks for v in b]
+    return {**out, "verdict": d.verdict, "reason": f"still inconclusive: {stop}" if d.verdict == "INCONCLUSIVE"
+            else "", "base_median_us": d.base_median_us, "pr_median_us": d.pr_median_us, "ratio": d.ratio,
+            "ratio_lo": _finite(d.lo), "ratio_hi": _finite(d.hi), "effect": d.effect,
+            "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
+            "dropped": run.dropped, "wall_s": run.wall_s, "method": run.method,
+            "base_blocks_us": [list(b) for b in run.base_blocks], "pr_blocks_us": [list(b) for b in run.pr_blocks]}
+
+
+def _finite(x: float):
+    return x if x == x and abs(x) != float("inf") else None

@@ -1,0 +1,189 @@
+"""Timing two callables on one device in alternating blocks: base, PR, PR, base, base, PR, ...
+
+Back-to-back separate runs of the same code drift by more than the effects a gate must see (on an H200,
+up to 12 % at [64, 4096]); inside one process, blocks that alternate in ABBA order keep each pair of
+blocks moments apart, so drift cancels in the pair's ratio. Each sample is taken the way the timing engine
+takes one (harness/timing/engine.py): L2 evicted by a read flush, launches queued behind a spin kernel so
+host overhead never lands in a sample, CUDA events around the call minus the cost of an empty event pair,
+samples below the throttle clock dropped. On a CPU the host clock times each call.
+
+Sampling goes on, a few block pairs at a time, while the verdict is INCONCLUSIVE and the case's budget
+allows; the caller's ``judge`` gives the verdict (harness/gate/verdict.py), so this module holds no rule.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.gate.verdict import MIN_BLOCKS, Decision
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    blocks: int = 10            # block pairs before the first verdict
+    samples: int = 12           # samples per block and side
+    more_blocks: int = 6        # block pairs added per round while INCONCLUSIVE (even: keeps ABBA balanced)
+    max_blocks: int = 64
+    budget_s: float = 10.0      # sampling wall time per case (a pair in progress finishes)
+    cold: bool = True           # evict L2 before every sample
+    method: str = "events"      # "events" or "host" (host clock around the call and a synchronize)
+    throttle_fraction: float = 0.75
+
+    def __post_init__(self):
+        if self.blocks < MIN_BLOCKS or self.samples < 1 or self.more_blocks < 1:
+            raise ValueError(f"need blocks >= {MIN_BLOCKS}, samples >= 1 and more_blocks >= 1")
+        if self.method not in ("events", "host"):
+            raise ValueError(f"method: expected events or host, got {self.method!r}")
+
+
+@dataclass(frozen=True)
+class ABRun:
+    base_blocks: tuple[tuple[float, ...], ...]   # microseconds, block i of each side timed together
+    pr_blocks: tuple[tuple[float, ...], ...]
+    decision: Decision
+    stop: str                   # decided | budget | max-blocks
+    dropped: int                # samples dropped as throttled, both sides
+    late_discarded: int         # samples redone because the host fell behind the spin
+    method: str
+    wall_s: float
+
+
+class _HostTimer:
+    method = "host-perf-counter"
+
+    def __init__(self, fns):
+        for fn in fns:  # first calls carry imports, allocations and (for Triton) compilation
+            end = time.perf_counter() + 0.05
+            for i in range(1000):
+                fn()
+                if i >= 3 and time.perf_counter() > end:
+                    break
+        self.dropped = self.late = 0
+
+    def block(self, fn, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            start = time.perf_counter_ns()
+            fn()
+            out.append((time.perf_counter_ns() - start) / 1e3)
+        return out
+
+
+class _GpuTimer:
+    def __init__(self, dev, cfg: BlockConfig, fns):
+        from harness.timing.clocks import SmClockReader, is_throttled
+        from harness.timing.engine import TimingConfig, _Cuda, _event_pair, _warmup
+
+        self.cu, self.cfg, self.is_throttled = _Cuda(dev, TimingConfig(cold=cfg.cold)), cfg, is_throttled
+        launches = []
+        for fn in fns:  # both sides warm before either is timed; the spin must hide the slower launcher
+            _, launch = _warmup(fn, self.cu.sync, min_s=0.1, cap_s=2.0)
+            launches.append(max(launch[-3:]))
+        self.cu.calibrate_spin(max(launches))
+        self.reader = SmClockReader(dev)
+        self.start, self.end = _event_pair()
+        self.overhead, self.dropped = 0.0, 0
+        self.method = "cuda-events-minus-overhead" if cfg.method == "events" else "host-perf-counter+sync"
+        if cfg.method == "events":
+            empty = []
+            for _ in range(30):  # the fixed cost of an event pair around nothing, behind a spin
+                self.cu.spin()
+                self.start.record()
+                self.end.record()
+                self.end.synchronize()
+                empty.append(self.start.elapsed_time(self.end) * 1e3)
+            self.overhead = statistics.median(empty)
+
+    @property
+    def late(self) -> int:
+        return self.cu.late_discarded
+
+    def _sample(self, fn) -> tuple[float | None, float | None]:
+        cu = self.cu
+        cu.flush()
+        if self.cfg.method == "host":
+            cu.sync()
+            t = time.perf_counter_ns()
+            fn()
+            cu.sync()
+            return (time.perf_counter_ns() - t) / 1e3, self.reader.read_mhz()
+        cu.spin()
+        self.start.record()
+        fn()
+        self.end.record()
+        late, clock = self.start.query(), self.reader.read_mhz()
+        cu.sync()
+        value = self.start.elapsed_time(self.end) * 1e3 - self.overhead
+        return (None if cu.discard_late(late) else value), clock
+
+    def block(self, fn, n: int) -> list[float]:
+        out, attempts = [], 0
+        while len(out) < n and attempts < 4 * n:  # a block of throttled samples stays short, not endless
+            attempts += 1
+            value, clock = self._sample(fn)
+            if value is None:
+                continue
+            if self.is_throttled(clock, self.reader.max_mhz, self.cfg.throttle_fraction):
+                self.dropped += 1
+                continue
+            out.append(value)
+        return out
+
+
+def make_timer(base_fn, pr_fn, device: str, cfg: BlockConfig):
+    """Both callables warmed up, and (on a GPU) the flush buffer, spin and event overhead ready: reusable
+    for repeated measurements of the same two callables (bench/gate_quality.py repeats each case)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            return _GpuTimer(dev, cfg, (base_fn, pr_fn))
+    return _HostTimer((base_fn, pr_fn))
+
+
+def measure_ab(base_fn: Callable[[], object], pr_fn: Callable[[], object], device: str, cfg: BlockConfig,
+               judge: Callable[[list, list], Decision], timer=None) -> ABRun:
+    """Block pairs until ``judge`` (blocks -> Decision) is not INCONCLUSIVE, or the budget or block cap ends it."""
+    import contextlib
+
+    import torch
+
+    t0 = time.perf_counter()
+    timer = timer or make_timer(base_fn, pr_fn, device, cfg)
+    dev = torch.device(device)
+    with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+        return _loop(timer, base_fn, pr_fn, cfg, judge, t0)
+
+
+def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float) -> ABRun:
+    base: list[tuple[float, ...]] = []
+    pr: list[tuple[float, ...]] = []
+    dropped0, late0 = timer.dropped, timer.late
+    sampling = time.perf_counter()
+    target, stop = cfg.blocks, ""
+    while not stop:
+        while len(base) < target:
+            first_base = len(base) % 2 == 0  # ABBA: each side goes first in every other block pair
+            a = timer.block(base_fn if first_base else pr_fn, cfg.samples)
+            b = timer.block(pr_fn if first_base else base_fn, cfg.samples)
+            base.append(tuple(a if first_base else b))
+            pr.append(tuple(b if first_base else a))
+            if time.perf_counter() - sampling > cfg.budget_s:
+                break  # a slow kernel: judged on what the budget bought (below MIN_BLOCKS: inconclusive)
+        decision = judge(base, pr)
+        elapsed = time.perf_counter() - sampling
+        per_pair = elapsed / len(base)
+        if decision.verdict != "INCONCLUSIVE":
+            stop = "decided"
+        elif len(base) >= cfg.max_blocks:
+            stop = "max-blocks"
+        elif elapsed + per_pair * cfg.more_blocks > cfg.budget_s or len(base) < target:
+            stop = "budget"
+        else:
+            target = min(cfg.max_blocks, len(base) + cfg.more_blocks)
+    return ABRun(tuple(base), tuple(pr), decision, stop, timer.dropped - dropped0, timer.late - late0,
+                 timer.method, time.perf_counter() - t0)

@@ -1,0 +1,110 @@
+"""The merge gate's records: a threshold, one case's comparison, each side's provenance, the whole comparison.
+
+Frozen dataclasses; compare.json is their field dicts and compare.md's columns are read from their fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Verdicts of the timing; the other outcomes say why a case has none.
+VERDICTS = ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")
+OUTCOMES = VERDICTS + ("WRONG", "ERROR", "NOT-COMPARED")
+FAILING = ("SLOWER", "WRONG", "ERROR")     # what makes the gate exit 1
+IN_PROCESS, STORED = "in-process interleaved", "stored runs"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The minimum effect: a change counts only beyond ``max(relative, floor_us / base median)``."""
+
+    relative: float     # 0.03: a 3 % change
+    floor_us: float     # a change of fewer microseconds never counts (short kernels jitter by a fixed amount)
+    source: str         # where the two numbers came from: policy default, calibration file, spec, option
+
+    def effect(self, base_median_us: float | None, noise: float | None = None) -> float:
+        """The relative effect in force for a case with this base median (and its A/A spread, if known)."""
+        parts = [self.relative]
+        if base_median_us is not None and base_median_us > 0:
+            parts.append(self.floor_us / base_median_us)
+        if noise is not None and noise > 0:
+            parts.append(noise)
+        return max(parts)
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    """One (kernel, case, dtype): the PR's candidate against the base's, and the verdict."""
+
+    kernel: str
+    dtype: str
+    case_id: str
+    shape: dict
+    headline: bool
+    verdict: str                  # one of OUTCOMES
+    reason: str                   # why WRONG / ERROR / NOT-COMPARED, or how sampling ended; "" when decided
+    base_provider: str
+    pr_provider: str
+    base_median_us: float | None
+    pr_median_us: float | None
+    ratio: float | None           # PR median / base median: above 1 the PR is slower
+    ratio_lo: float | None        # its confidence interval (bootstrap over block pairs)
+    ratio_hi: float | None
+    effect: float | None          # e in force: SLOWER above 1 + e, FASTER below 1 / (1 + e)
+    threshold: Threshold | None   # the rule e came from (a spec may override the default)
+    noise: float | None           # this case's A/A spread, from a noise file, when one was given
+    base_spread: float | None     # half the interquartile range over the median, per side
+    pr_spread: float | None
+    base_pct_roofline: float | None
+    pr_pct_roofline: float | None
+    blocks: int                   # block pairs behind the interval
+    stop: str                     # decided | budget | max-blocks | stored | "" (not timed)
+    dropped: int                  # samples dropped as throttled, both sides
+    gpu_index: int | None
+    gpu_uuid: str | None
+    wall_s: float
+    base_blocks_us: tuple[tuple[float, ...], ...] = ()   # every kept sample, block by block
+    pr_blocks_us: tuple[tuple[float, ...], ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kernel, self.case_id, self.dtype)
+
+    @property
+    def failing(self) -> bool:
+        return self.verdict in FAILING
+
+
+@dataclass(frozen=True)
+class Side:
+    """Where one side's numbers came from."""
+
+    label: str                    # "base" | "PR"
+    source: str                   # a git ref and how it was loaded, or a results file
+    commit: str | None
+    dirty: bool | None
+    device: str | None
+    driver: str | None
+    torch: str | None
+    triton: str | None
+    cuda: str | None
+    clocks: str | None            # SM and memory clocks (NVML) when the run started
+    date: str | None
+    spec_sha256: dict = field(default_factory=dict)   # spec file name -> SHA-256
+
+
+@dataclass(frozen=True)
+class Comparison:
+    kind: str                     # IN_PROCESS or STORED: which drift the threshold must cover
+    aa: bool                      # both sides the same code (an A/A run: every case should be SAME)
+    base: Side
+    pr: Side
+    cases: tuple[CaseComparison, ...]
+    new_kernels: tuple[str, ...]
+    removed_kernels: tuple[str, ...]
+    unmatched: tuple[str, ...]    # cases on one side only, or not comparable, each with why
+    threshold: Threshold          # the default rule (a case's own is in its record)
+    confidence: float             # of the ratio intervals
+    settings: dict                # blocks, samples per block, budget, timing method
+    forced: tuple[str, ...] = ()  # refusals overridden with --force
+    notes: tuple[str, ...] = ()

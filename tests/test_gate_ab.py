@@ -1,0 +1,160 @@
+"""``bench --against REF``: the base tree under its own module root, an A/A run and a wrong PR candidate on the
+CPU (eager torch timed by the host clock), bad refs, and one GPU per case in the benchmark's dispatch.
+
+The smoke runs use a throwaway git repository with a tiny kernel package built from tests/specs/scale.toml;
+they run the CLI in a subprocess, whose ``kernels`` package is that repository's, not this one's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli.main import main
+from harness.gate.basetree import materialize, rewrite_imports, rewrite_spec
+from tests.e2e import REPO, TEMPLATE
+
+TINY = '''import torch
+
+from kernels.helpers import FACTOR
+
+
+def scale_ref(*, x, w, out):
+    acc = torch.promote_types(x.dtype, torch.float32)
+    out.copy_(x.to(acc) * w.to(acc) * FACTOR)
+
+
+def scale_fast(*, x, w, out):
+    out.copy_(x * w * FACTOR)
+'''
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+
+
+@pytest.fixture
+def tiny_repo(tmp_path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "kernels").mkdir(parents=True)
+    (repo / "specs").mkdir()
+    (repo / "kernels" / "__init__.py").write_text('"""tiny kernels"""\n')
+    (repo / "kernels" / "helpers.py").write_text("FACTOR = 2.0\n")
+    (repo / "kernels" / "tiny.py").write_text(TINY)
+    spec = TEMPLATE.read_text()
+    for old, new in (('name = "scale"', 'name = "tiny"'), ("{impl}", "kernels.tiny:scale_fast"),
+                     ("{layouts}", '["padded"]'),
+                     ("tests.planted.broken_kernels:scale_ref", "kernels.tiny:scale_ref")):
+        assert old in spec, f"{TEMPLATE} changed: no {old!r}"
+        spec = spec.replace(old, new)
+    spec += ('\n[peers.fast]\nimpl = "kernels.tiny:scale_fast"\n\n[[cases.bench]]\nrows = 64\ncols = 256\n\n'
+             '[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n')
+    (repo / "specs" / "tiny.toml").write_text(spec)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "tiny")
+    return repo
+
+
+def _against(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(REPO), str(repo)])}
+    return subprocess.run([sys.executable, "-m", "harness", "bench", "--against", "HEAD", "--out", str(out),
+                           "--timeout", "1", "--no-isolate", *extra], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_rewrites_keep_line_numbers_and_other_strings():
+    src = b"import os, kernels.a\nfrom kernels.b import (x,\n    y)\nimport kernels.c as c  # note\ns = 'kernels.d'\n"
+    out = rewrite_imports(src, "kernels", "kh_base_1").decode()
+    assert out.splitlines() == ["import os, kh_base_1.kernels.a; kernels = kh_base_1.kernels",
+                                "from kh_base_1.kernels.b import (x,", "    y)",
+                                "import kh_base_1.kernels.c as c  # note", "s = 'kernels.d'"]
+    text = 'impl = "kernels.rope:rope"\nsummary = "kernels.rope: fast"\npeer = "liger_kernel.x:y"\n'
+    assert rewrite_spec(text, "kernels", "kh_base_1").splitlines() == [
+        'impl = "kh_base_1.kernels.rope:rope"', 'summary = "kernels.rope: fast"', 'peer = "liger_kernel.x:y"']
+
+
+def test_base_tree_imports_its_own_helpers(tiny_repo, tmp_path):
+    base = materialize("HEAD", tiny_repo, tmp_path / "base", tiny_repo / "specs")
+    assert base.aa and base.package.startswith("kh_base_") and set(base.spec_sha256) == {"tiny.toml"}
+    sys.path.append(base.root)
+    try:
+        tiny = importlib.import_module(f"{base.package}.kernels.tiny")
+        assert tiny.FACTOR == 2.0 and sys.modules[f"{base.package}.kernels.helpers"].__file__.startswith(base.root)
+        assert f'"{base.package}.kernels.tiny:scale_ref"' in (Path(base.specs_dir) / "tiny.toml").read_text()
+    finally:
+        sys.path.remove(base.root)
+    (tiny_repo / "kernels" / "helpers.py").write_text("FACTOR = 3.0\n")   # an uncommitted change
+    assert not materialize("HEAD", tiny_repo, tmp_path / "base2", tiny_repo / "specs").aa
+
+
+def test_aa_run_on_cpu(tiny_repo, tmp_path):
+    out = tmp_path / "aa"
+    done = _against(tiny_repo, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "compare.json").read_text())
+    cmp = doc["comparison"]
+    assert cmp["kind"] == "in-process interleaved" and cmp["aa"] and doc["exit_code"] == 0
+    (case,) = cmp["cases"]
+    assert case["verdict"] in ("SAME", "INCONCLUSIVE") and case["pr_provider"] == case["base_provider"] == "reference"
+    assert case["blocks"] >= 6 and len(case["base_blocks_us"]) == len(case["pr_blocks_us"]) == case["blocks"]
+    assert "kh_base_" in cmp["base"]["source"] and case["threshold"]["relative"] == 0.9
+    assert (out / "compare.md").read_text().startswith("**Merge gate: 0 slower, 0 faster, ")
+    assert json.loads((out / "noise.json").read_text())["cases"][0]["kernel"] == "tiny"
+
+
+def test_wrong_pr_candidate_fails_the_gate(tiny_repo, tmp_path):
+    (tiny_repo / "kernels" / "tiny.py").write_text(TINY.replace("out.copy_(x * w * FACTOR)",
+                                                                "out.copy_(x * w * FACTOR * 1.5)"))
+    out = tmp_path / "wrong"
+    done = _against(tiny_repo, out, "--provider", "fast")
+    assert done.returncode == 1, done.stderr[-3000:]
+    (case,) = json.loads((out / "compare.json").read_text())["comparison"]["cases"]
+    assert case["verdict"] == "WRONG" and "correctness check" in case["reason"] and case["blocks"] == 0
+    assert "WRONG: tiny bf16 rows=64,cols=256" in done.stdout
+
+
+def test_bad_ref_is_one_line(tiny_repo, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_repo)
+    assert main(["bench", "--against", "no-such-ref", "--out", str(tmp_path / "x"), "--no-isolate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"--against 'no-such-ref': not a commit in {tiny_repo.resolve()}"
+
+
+# ----------------------------------------------------------------------------- one GPU per case
+
+def test_jobs_of_one_case_share_an_affinity():
+    from types import SimpleNamespace
+
+    from harness.bench.dispatch import case_key
+
+    def job(kernel, case_id, dtype, provider):
+        return SimpleNamespace(spec=SimpleNamespace(name=kernel), case=SimpleNamespace(id=case_id), dtype=dtype,
+                               provider=SimpleNamespace(name=provider))
+
+    assert case_key(job("k", "n=1", "bf16", "triton")) == case_key(job("k", "n=1", "bf16", "reference"))
+    assert case_key(job("k", "n=1", "bf16", "triton")) != case_key(job("k", "n=2", "bf16", "triton"))
+    assert case_key(job("k", "n=1", "bf16", "triton")) != case_key(job("k", "n=1", "fp16", "triton"))
+
+
+def test_pool_runs_every_task_of_an_affinity_on_one_worker():
+    from harness.workers.pool import Task, WorkerPool
+
+    tasks = [Task("tests.planted.pool_tasks:echo", {"value": i}, f"t{i}", affinity=f"case{i % 3}")
+             for i in range(12)]
+    with WorkerPool(["cpu", "cpu"], initializer=None) as pool:
+        pool._pump(lambda: all(w is not None and w.ready for w in pool._workers))  # both up: a fair start
+        slots = {}
+        for i, outcome in pool.map_unordered(tasks):
+            assert outcome.status == "ok"
+            slots.setdefault(tasks[i].affinity, set()).add(outcome.worker_pid)
+    assert all(len(pids) == 1 for pids in slots.values()), slots
+    assert len(set().union(*slots.values())) == 2   # the groups still spread over both workers
