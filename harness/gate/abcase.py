@@ -55,6 +55,20 @@ def _tagged(fn, kwargs: dict, side: str):
     return call
 
 
+def _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype: str) -> bool:
+    """The two sides are called with the same names, shapes, dtypes and params: they can share tensors."""
+    from harness.correctness.args import full_env, shape_of, tensor_dtype
+
+    try:
+        envs = full_env(pr_spec, pr_case, dtype), full_env(base_spec, base_case, dtype)
+        sides = [({t.name: (shape_of(t, env), tensor_dtype(t, dtype), t.output, t.inplace) for t in spec.tensors},
+                  {n: p(env) for n, p in spec.params.items()})
+                 for spec, env in zip((pr_spec, base_spec), envs, strict=True)]
+    except Exception:  # a base spec this code cannot read the same way: give it its own tensors
+        return False
+    return sides[0] == sides[1]
+
+
 def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_id: str, dtype: str, seed: int,
                 provider: str | None, blocks: dict, threshold: dict, noise: float | None,
                 confidence: float) -> dict:
@@ -93,7 +107,14 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
             verdict = "WRONG" if side == "PR" else "NOT-COMPARED"
             return {**out, "verdict": verdict,
                     "reason": f"{side} {prov.name} failed the correctness check: {wrong}"[:500]}
-        fns[side] = _tagged(fn, make_args(spec, case, dtype, device.torch_device, seed).kwargs(), side)
+        fns[side] = fn
+    # Both sides get the very same tensors when their specs declare the same arguments: on the H200, two
+    # identical kernels given separately allocated inputs differed by up to 15 % at decode sizes, every time
+    # (where the buffers landed, not the code). Shared buffers leave the code as the only difference.
+    pr_args = make_args(pr_spec, pr_case, dtype, device.torch_device, seed).kwargs()
+    same = _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype)
+    base_args = pr_args if same else make_args(base_spec, base_case, dtype, device.torch_device, seed).kwargs()
+    fns = {"PR": _tagged(fns["PR"], pr_args, "PR"), "base": _tagged(fns["base"], base_args, "base")}
 
     key_seed = case_seed((pr_spec.name, case_id, dtype))
 
