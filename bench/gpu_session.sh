@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# One device call: install, validate, run the generated tests (all tiers) and the timing check.
-# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh tests|final|sanitize|timing|bench [extra args]
+# One device call: install, then one stage. Logs and results go under $OUT (what the device tool brings back).
+# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh tests|sanitize|timing|bench|gate [extra args]
+#   tests     generated tests of every kernel, full tier (isolated workers), then the harness's own GPU tests
+#   sanitize  the planted sanitizer tests, then every kernel under memcheck and racecheck
+#   timing    bench/gpu_timing_check.py: the engine against Nsight Compute
+#   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
+#   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,utilization.gpu --format=csv \
+  | tee "$OUT/nvidia-smi.txt"
 what=$1; shift
 case "$what" in
   tests)
     python3 -m harness validate 2>&1 | tee "$OUT/validate.log"
-    timeout 420 python3 -m pytest --tier full -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" "$@" 2>&1 \
-      | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -60
-    ;;
-  final)
-    # Generated tests, all tiers (isolated workers on a GPU), the planted faults and the sanitizer tests.
-    timeout 420 python3 -m pytest specs tests/test_isolation.py tests/test_planted.py tests/test_sanitize.py \
-      --tier full -q -rfEs -p no:cacheprovider "$@" 2>&1 \
-      | tee "$OUT/pytest.log" | grep -vE '^\.+|^s+' | tail -25
+    start=$SECONDS
+    timeout 400 python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider "$@" 2>&1 \
+      | tee "$OUT/pytest-full-tier.log" | grep -vE '^[.sF]+( |$)' | tail -30
+    echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier.log"
+    timeout 150 python3 -m pytest tests/test_checks.py tests/test_planted.py tests/test_isolation.py -q -rfEs \
+      -p no:cacheprovider 2>&1 | tee "$OUT/pytest-harness-gpu.log" | tail -8
     ;;
   sanitize)
-    # The planted overread / race must be found (and the good kernel not), then every kernel under memcheck
-    # and racecheck; full sanitizer output per kernel and tool in sanitizer-logs.tar.gz.
     timeout 200 python3 -m pytest tests/test_sanitize.py -q -rs -s -p no:cacheprovider 2>&1 | tee "$OUT/test_sanitize.log" | tail -30
     timeout 330 python3 -m harness sanitize --tool memcheck,racecheck --timeout 120 --log-dir "$OUT/sanitizer-logs" \
       "$@" 2>&1 | tee "$OUT/sanitize.log"
@@ -33,8 +35,18 @@ case "$what" in
     ;;
   bench)
     start=$SECONDS
-    timeout 540 python3 -m harness bench --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log"
+    timeout 300 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log"
     echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
     tar -C "$OUT" -czf "$OUT/h200.tar.gz" h200 && rm -rf "$OUT/h200"
+    ;;
+  gate)
+    timeout 330 python3 bench/gate_quality.py --out "$OUT/gq" "$@" 2>&1 | tee "$OUT/gate_quality.log" | tail -40
+    # A real gate run, as a pull request's CI job would make it: the base is HEAD of a throwaway git
+    # repository holding this tree, so this is an A/A run across the worktree boundary.
+    if [ ! -d .git ]; then git init -q && git add -A && git -c user.name=kh -c user.email=kh@localhost commit -qm snapshot; fi
+    start=$SECONDS
+    timeout 240 python3 -m harness bench --against HEAD --out "$OUT/gate-aa" 2>&1 | tee "$OUT/gate-aa.log" | tail -15
+    echo "gate run (bench --against HEAD) exit ${PIPESTATUS[0]}, wall: $((SECONDS - start)) s" | tee -a "$OUT/gate-aa.log"
+    tar -C "$OUT" -czf "$OUT/gate.tar.gz" gq gate-aa && rm -rf "$OUT/gq" "$OUT/gate-aa"
     ;;
 esac
