@@ -3,10 +3,11 @@
 For each row of ``x`` (the last dimension is the token's hidden vector): ``scale = max|x| / 127`` and
 ``q = round_half_even(x * (127 / max|x|))`` saturated to [-128, 127]; an all-zero row gets ``scale = 0`` and
 ``q = 0``. vLLM multiplies by the inverse scale rather than dividing by the scale, and so do the kernel and
-the reference here. The kernel divides with ``tl.div_rn`` (correctly rounded, as CUDA C's ``127.0f / x``;
-Triton's plain fp32 ``/`` is an approximate divide on a GPU), so on a GPU both round the same fp32 product
-and agree bit for bit. The Triton interpreter's divide is not correctly rounded (an ulp off, measured), so
-there a product within an ulp of a .5 tie can land one integer away.
+the reference here. Both divide correctly rounded: the kernel with ``tl.div_rn`` (as CUDA C's ``127.0f / x``;
+Triton's plain fp32 ``/`` is an approximate divide on a GPU), the reference with a tensor-by-tensor divide
+(torch computes ``127.0 / t`` as ``t.reciprocal() * 127``, two roundings, which moved products across .5
+ties: 358 off-by-one elements in 5.75 M before this was fixed). So both round the same fp32 product and agree
+bit for bit.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def dynamic_int8_quant_ref(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Ten
         return
     xf = x.to(torch.float32)
     absmax = xf.abs().amax(dim=-1, keepdim=True)
-    inv = torch.where(absmax == 0, torch.zeros_like(absmax), 127.0 / absmax)
+    # full_like(127) / absmax, not 127.0 / absmax: torch turns a scalar numerator into reciprocal * 127
+    inv = torch.where(absmax == 0, torch.zeros_like(absmax), torch.full_like(absmax, 127.0) / absmax)
     scale.copy_(absmax / 127.0)
     q.copy_(torch.round(xf * inv).clamp_(-128, 127).to(torch.int8))  # torch.round: half to even

@@ -15,23 +15,19 @@ import torch
 
 from harness.bench.plan import Job
 from harness.bench.roofline import roofline
-from harness.correctness.args import (
-    TORCH_DTYPES,
-    case_seed,
-    clone_args,
-    full_env,
-    make_args,
-    poisoned_mask,
-    reference_dtype,
-)
-from harness.correctness.checks import mismatch, sync
+from harness.correctness.args import case_seed, full_env, make_args, reference_args
+from harness.correctness.checks import sync
+from harness.correctness.guards import violation
+from harness.correctness.numerics import mismatch
+from harness.correctness.poison import poisoned_mask
 from harness.results.model import CaseResult
 from harness.spec.model import Case, Spec
 from harness.target.device import Device
 
 
 class Reference:
-    """The upcast reference result of one (kernel, case, dtype), computed once and shared by providers."""
+    """The reference result of one (kernel, case, dtype) at the spec's reference precision, computed once and
+    shared by providers."""
 
     def __init__(self):
         self._cache: dict[tuple, dict] = {}
@@ -42,10 +38,7 @@ class Reference:
             self._cache.clear()
             from harness.spec.imports import resolve_import
 
-            args = make_args(spec, case, dtype, device.torch_device, seed)
-            ref_dtype = reference_dtype(TORCH_DTYPES[dtype])
-            ref = clone_args(args, layout="contiguous",
-                             dtype_map=lambda d: torch.promote_types(d, ref_dtype) if d.is_floating_point else d)
+            ref = reference_args(spec, make_args(spec, case, dtype, device.torch_device, seed), dtype)
             resolve_import(spec.reference)(**ref.kwargs())
             sync(device.torch_device)
             self._cache[key] = {t.name: ref.tensors[t.name] for t in spec.written}
@@ -77,14 +70,25 @@ def check_provider(job: Job, fn: Callable, device: Device, reference: Reference,
     returned = returned_outputs(spec, fn(**args.kwargs()))
     sync(device.torch_device)
     ref = reference.get(spec, job.case, job.dtype, device, seed)
-    for t in spec.outputs:
-        if t.name not in returned and poisoned_mask(args.tensors[t.name]).any():
-            return f"{t.name}: elements never written"
+    for name, guard in args.guards.items():
+        outside = violation(name, guard)
+        if outside:
+            return outside
+    candidates = {t.name: poisoned_mask(args.tensors[t.name], 0) for t in spec.outputs if t.name not in returned}
+    if any(bool(m.any()) for m in candidates.values()):
+        # Unwritten only if the element holds each run's own poison: a value written (an int8 that equals the
+        # first poison, say) is the same in both runs.
+        again = make_args(spec, job.case, job.dtype, device.torch_device, seed, poison_with=1)
+        fn(**again.kwargs())
+        sync(device.torch_device)
+        for name, mask in candidates.items():
+            if (mask & poisoned_mask(again.tensors[name], 1)).any():
+                return f"{name}: elements never written"
     for t in spec.written:
         got = returned.get(t.name, args.tensors[t.name])
         if tuple(got.shape) != tuple(ref[t.name].shape):
             return f"{t.name}: returned shape {tuple(got.shape)}, expected {tuple(ref[t.name].shape)}"
-        problem = mismatch(got, ref[t.name], spec.tolerance(job.dtype))
+        problem = mismatch(got, ref[t.name], spec.tolerance(job.dtype, t.name))
         if problem:
             return f"{t.name}: {problem}"
     return ""

@@ -1,24 +1,28 @@
-"""The generic correctness checks every generated test runs, in order, on one kernel call.
+"""The runner of the generic correctness checks every generated test runs on one (backend, dtype, case).
 
-Each check is a small function registered in ``CHECKS``; a failure raises :class:`CheckFailure` whose
-message starts with the check's name and ends with the context (spec, case, dtype, seed, arch).
+The checks are the rows of :data:`harness.spec.checks.CHECKS`; each row's implementation is registered with
+``@check(name)`` in :mod:`~harness.correctness.guards`, :mod:`~harness.correctness.poison`,
+:mod:`~harness.correctness.numerics` or :mod:`~harness.correctness.behaviour`, and :func:`run_checks` runs
+them in the rows' order, skipping a waivable one the spec waives. A check reads the case's calls from a
+:class:`CaseRun`, which makes each call the first time a check needs it: the main run, the reference, the
+run on contiguous copies (layout) and the second run (determinism, and poison when the first run left
+candidates). A failure raises :class:`CheckFailure` whose message starts with the check's name and ends
+with the context (spec, case, dtype, seed, arch).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from harness.correctness.args import Arguments, clone_args, is_zero_size, make_args, poisoned_mask, reference_dtype
-from harness.spec.model import Case, Spec, Tolerance
-
-
-class CheckFailure(AssertionError):
-    def __init__(self, check: str, message: str):
-        self.check = check
-        super().__init__(f"{check}: {message}")
+from harness.correctness import behaviour, guards, numerics, poison  # noqa: F401 - they register the checks
+from harness.correctness.args import Arguments, clone_args, is_zero_size, make_args, reference_args
+from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - re-exported
+from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order
+from harness.spec.model import Case, Spec
 
 
 @dataclass(frozen=True)
@@ -52,87 +56,61 @@ def call(fn: Callable, args: Arguments, device: str) -> None:
     sync(device)
 
 
-_CHUNK = 1 << 26  # elements compared at a time: a >2**31-element case must not need 5 full-size temporaries
+class CaseRun:
+    """The calls of one case, each made when a check first needs it (the main run at once)."""
 
+    def __init__(self, ctx: CaseContext, fn: Callable, ref_fn: Callable):
+        spec = ctx.spec
+        self.ctx, self.fn, self.ref_fn, self.notes = ctx, fn, ref_fn, []
+        self.args = make_args(spec, ctx.case, ctx.dtype, ctx.device, ctx.seed)
+        self.pristine = clone_args(self.args)
+        layout = ctx.case.layout
+        self.refusal_expected = (layout != "contiguous" and layout not in spec.layouts_for(ctx.backend)
+                                 and "layout" not in spec.waivers)
+        self.zero_size = is_zero_size(self.args)
+        self.main_error: Exception | None = None
+        self.empty_launches: list = []
+        try:
+            if self.zero_size:
+                from harness.correctness.launches import empty_grid_launches
 
-def mismatch(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> str | None:
-    """None when ``got`` matches ``expected`` within tolerance, else a summary of the mismatches."""
-    if expected.numel() > _CHUNK:
-        g_flat, e_flat = got.reshape(-1), expected.reshape(-1)
-        for start in range(0, e_flat.numel(), _CHUNK):
-            if _mismatch(g_flat[start:start + _CHUNK], e_flat[start:start + _CHUNK], tol) is not None:
-                return _mismatch(got, expected, tol)  # the full summary, only on failure
-        return None
-    return _mismatch(got, expected, tol)
+                with empty_grid_launches() as self.empty_launches:
+                    call(fn, self.args, ctx.device)
+            else:
+                call(fn, self.args, ctx.device)
+        except Exception as exc:
+            if not self.refusal_expected:
+                raise
+            self.main_error = exc  # the declared behaviour for a layout the spec does not list
+        self.got = {t.name: self.args.tensors[t.name] for t in spec.written}
 
+    def _written(self, args: Arguments) -> dict[str, torch.Tensor]:
+        return {t.name: args.tensors[t.name] for t in self.ctx.spec.written}
 
-def _mismatch(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> str | None:
-    g = got.to(expected.dtype)
-    finite = torch.isfinite(expected) & torch.isfinite(g)
-    err = (g - expected).abs().masked_fill(~finite, 0)
-    bad = (err > tol.atol + tol.rtol * expected.abs()) | (torch.isfinite(g) ^ torch.isfinite(expected))
-    n_bad = int(bad.sum())
-    if n_bad == 0:
-        return None
-    err = err.masked_fill(~finite & bad, float("inf"))
-    rel = err / expected.abs().clamp_min(torch.finfo(expected.dtype).tiny)
-    first = tuple(int(i) for i in torch.nonzero(bad)[0].tolist())
-    return (f"{n_bad} of {expected.numel()} elements ({100.0 * n_bad / expected.numel():.3g}%) outside "
-            f"atol={tol.atol:g} rtol={tol.rtol:g}; max abs err {float(err.max()):.4g}, "
-            f"max rel err {float(rel.masked_fill(~bad, 0).max()):.4g}; first bad index {first}: "
-            f"got {float(g[first]):.6g}, expected {float(expected[first]):.6g}")
+    @functools.cached_property
+    def ref(self) -> dict[str, torch.Tensor]:
+        """The reference's results, at the spec's reference precision."""
+        ref_args = reference_args(self.ctx.spec, self.pristine, self.ctx.dtype)
+        call(self.ref_fn, ref_args, self.ctx.device)
+        return self._written(ref_args)
 
+    @functools.cached_property
+    def contiguous(self) -> dict[str, torch.Tensor]:
+        """The kernel's results on contiguous copies of the inputs."""
+        args = clone_args(self.pristine, layout="contiguous")
+        call(self.fn, args, self.ctx.device)
+        guards.verify(args, "in the run on contiguous copies")
+        return self._written(args)
 
-def _first(mask: torch.Tensor) -> tuple[int, ...]:
-    return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
-
-
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise bit equality (NaN == NaN when the bits match)."""
-    if a.dtype.is_floating_point:
-        int_dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[a.element_size()]
-        return a.contiguous().view(int_dtype) == b.contiguous().view(int_dtype)
-    return a == b
-
-
-# --- the checks ---------------------------------------------------------------------------------
-
-def check_poison(ctx: CaseContext, got: dict, ref: dict) -> None:
-    for t in ctx.spec.outputs:
-        mask = poisoned_mask(got[t.name])
-        if mask.any():
-            n = int(mask.sum())
-            raise CheckFailure("poison", f"{t.name}: {n} of {mask.numel()} elements never written (still hold the "
-                                         f"NaN poison), first at index {_first(mask)}")
-
-
-def check_nan_inf(ctx: CaseContext, got: dict, ref: dict) -> None:
-    for t in ctx.spec.written:
-        g, e = got[t.name], ref[t.name]
-        if not g.dtype.is_floating_point:
-            continue
-        g_bad, e_bad = ~torch.isfinite(g), ~torch.isfinite(e)
-        extra = g_bad & ~e_bad
-        if extra.any():
-            idx = _first(extra)
-            raise CheckFailure("nan_inf", f"{t.name}: {int(extra.sum())} NaN/Inf values where the reference is "
-                                          f"finite, first at index {idx} (got {float(g[idx])}, "
-                                          f"expected {float(e[idx]):.6g})")
-        missing = e_bad & ~g_bad
-        if missing.any():
-            raise CheckFailure("nan_inf", f"{t.name}: finite values where the reference has NaN/Inf, first at "
-                                          f"index {_first(missing)}")
-
-
-def check_numerics(ctx: CaseContext, got: dict, ref: dict) -> None:
-    tol = ctx.spec.tolerance(ctx.dtype)
-    for t in ctx.spec.written:
-        problem = mismatch(got[t.name], ref[t.name], tol)
-        if problem:
-            raise CheckFailure("numerics", f"{t.name}: {problem}")
-
-
-CHECKS: dict[str, Callable] = {"poison": check_poison, "nan_inf": check_nan_inf, "numerics": check_numerics}
+    @functools.cached_property
+    def second(self) -> dict[str, torch.Tensor]:
+        """A second run on the same inputs, its outputs filled with the other poison."""
+        args = clone_args(self.pristine)
+        for t in self.ctx.spec.outputs:
+            poison.poison(args.tensors[t.name], 1)
+        call(self.fn, args, self.ctx.device)
+        guards.verify(args, "in the second run")
+        return self._written(args)
 
 
 def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
@@ -149,81 +127,15 @@ def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
 
 
 def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
-    spec, outcome = ctx.spec, Outcome()
-    args = make_args(spec, ctx.case, ctx.dtype, ctx.device, ctx.seed)
-    pristine = clone_args(args)
-    layout = ctx.case.layout
-    if layout != "contiguous" and layout not in spec.layouts_for(ctx.backend) and "layout" not in spec.waivers:
-        try:
-            call(fn, args, ctx.device)
-        except Exception as exc:  # the declared behaviour: refuse, clearly
-            outcome.notes.append(f"{layout} input refused as declared: {type(exc).__name__}: {exc}")
-            outcome.checks.append("layout")
-            return outcome
-        raise CheckFailure("layout", f"the spec does not list the {layout!r} layout for backend {ctx.backend!r}, "
-                                     "so the launcher must raise a clear error, but it ran")
-    ref_args = clone_args(args, layout="contiguous", dtype_map=lambda d: _promote(d, ctx.dtype))
-    if is_zero_size(args):
-        from harness.correctness.launches import empty_grid_launches
-
-        with empty_grid_launches() as empty:
-            call(fn, args, ctx.device)
-        if empty:
-            name, grid = empty[0]
-            raise CheckFailure("zero-size", f"launched {name} with an empty grid {grid}: return early on 0-size "
-                                            "inputs instead of launching")
-    else:
-        call(fn, args, ctx.device)
-    call(ref_fn, ref_args, ctx.device)
-    got = {t.name: args.tensors[t.name] for t in spec.written}
-    ref = {t.name: ref_args.tensors[t.name] for t in spec.written}
-    if layout != "contiguous" and "layout" not in spec.waivers:
-        # First, so a kernel that ignores strides is named as such rather than as a numerics failure.
-        contiguous = clone_args(pristine, layout="contiguous")
-        call(fn, contiguous, ctx.device)
-        for t in spec.written:
-            problem = mismatch(got[t.name], contiguous.tensors[t.name], spec.tolerance(ctx.dtype))
-            if problem:
-                raise CheckFailure("layout", f"{t.name}: the {layout} input gives a different result than its "
-                                             f"contiguous copy: {problem}")
-        outcome.checks.append("layout")
-    for name, check in CHECKS.items():
-        if name not in spec.waivers:
-            check(ctx, got, ref)
-            outcome.checks.append(name)
-    _check_inputs(ctx, args, pristine, outcome)
-    if "determinism" in spec.waivers:
-        outcome.notes.append(f"determinism waived: {spec.waivers['determinism']}")
-    else:
-        again = clone_args(pristine)
-        call(fn, again, ctx.device)
-        for t in spec.written:
-            same = bitwise_equal(got[t.name], again.tensors[t.name])
-            if not same.all():
-                raise CheckFailure("determinism", f"{t.name}: a second run on the same inputs differs in "
-                                                  f"{int((~same).sum())} elements, first at index {_first(~same)}")
-        outcome.checks.append("determinism")
-    if is_zero_size(args):
-        outcome.checks.append("zero-size")
-    return outcome
-
-
-def _check_inputs(ctx: CaseContext, args: Arguments, pristine: Arguments, outcome: Outcome) -> None:
-    if "inputs" in ctx.spec.waivers:
-        return
-    for t in ctx.spec.inputs:
-        if t.inplace:
+    run, outcome = CaseRun(ctx, fn, ref_fn), Outcome()
+    for info, implementation in in_order():
+        if info.waivable and info.name in ctx.spec.waivers:
+            outcome.notes.append(f"{info.name} waived: {ctx.spec.waivers[info.name]}")
             continue
-        same = bitwise_equal(args.tensors[t.name], pristine.tensors[t.name])
-        if not same.all():
-            raise CheckFailure("inputs", f"{t.name} is not declared inplace but the kernel changed "
-                                         f"{int((~same).sum())} of its elements, first at index {_first(~same)}")
-    outcome.checks.append("inputs")
-
-
-def _promote(dtype: torch.dtype, case_dtype: str) -> torch.dtype:
-    if not dtype.is_floating_point:
-        return dtype
-    from harness.correctness.args import TORCH_DTYPES
-
-    return torch.promote_types(dtype, reference_dtype(TORCH_DTYPES[case_dtype]))
+        verdict = implementation(run)
+        if verdict != NOT_APPLICABLE:
+            outcome.checks.append(info.name)
+        if verdict == DONE:
+            break
+    outcome.notes[:0] = run.notes
+    return outcome

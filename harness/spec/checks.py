@@ -1,7 +1,8 @@
 """The catalogue of generated checks: one row per check (name, what it catches, waivable, order).
 
-It lives with the spec language because a spec's ``[waive]`` keys are check names; the implementations
-register against these rows in :mod:`harness.correctness.checks`, and the README's table is rendered from them.
+It lives with the spec language because a spec's ``[waive]`` keys are check names. The implementations in
+:mod:`harness.correctness` register against these rows (``@check("poison")``), the runner runs them in the
+rows' order and skips a waivable one a spec waives, and the README's table is :func:`markdown_table`.
 """
 
 from __future__ import annotations
@@ -12,20 +13,40 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CheckInfo:
     name: str
-    catches: str
+    catches: str     # one line of markdown: the README's "what it catches" cell
     waivable: bool
-    order: int
+    order: int       # the runner's order: a check that names a cause precisely runs before those seeing effects
 
 
 CHECKS: tuple[CheckInfo, ...] = (
-    CheckInfo("layout", "a non-contiguous input that gives another result than its contiguous copy, or a layout "
-                        "the spec does not list that runs instead of raising", True, 10),
-    CheckInfo("zero-size", "a 0-size case that launches an empty grid instead of returning early", False, 20),
-    CheckInfo("poison", "output elements never written", False, 30),
-    CheckInfo("nan_inf", "NaN or Inf where the reference has none, or the reverse", True, 40),
-    CheckInfo("numerics", "values outside the tolerance of the higher-precision reference", False, 50),
-    CheckInfo("inputs", "inputs not declared inplace that the kernel changed", True, 60),
-    CheckInfo("determinism", "two runs on the same inputs that differ bitwise", True, 70),
+    CheckInfo("guards", "a write outside a tensor: each tensor sits between guard bands and a non-contiguous "
+                        "view's padding holds a pad pattern; after every call both must be unchanged (the message "
+                        "names the tensor and the first offset written)", False, 10),
+    CheckInfo("zero-size", "0-size inputs that launch an empty grid instead of returning early", False, 20),
+    CheckInfo("layout", "non-contiguous inputs (padded rows, strided, transposed) that give another result than "
+                        "their contiguous copies; a layout the spec does not list must raise a clear error instead",
+              True, 30),
+    CheckInfo("poison", "output elements never written: an element is unwritten only if it still holds the "
+                        "poison of the first run and the other poison of the second run (floats: NaNs with "
+                        "payloads; integers: sentinels), so no value a kernel writes is mistaken for one",
+              False, 40),
+    CheckInfo("nan_inf", "NaN or Inf where the reference has none, or at other positions than the reference",
+              True, 50),
+    CheckInfo("numerics", "results off the reference, compared in fp64 (integers in int64): elementwise "
+                          "`|got - ref| <= atol + rtol * |ref|` (with the tolerance's mismatch budget) and, for "
+                          "floats, per row `||got - ref|| <= norm_rtol * ||ref||`, which fails at any magnitude",
+              False, 60),
+    CheckInfo("inputs", "inputs not declared `inplace` that are not bitwise unchanged", True, 70),
+    CheckInfo("determinism", "two runs on the same inputs that are not bitwise equal", True, 80),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 WAIVABLE = tuple(c.name for c in CHECKS if c.waivable)
+
+
+def markdown_table() -> str:
+    """The README's check table, in run order."""
+    lines = ["| check | what it catches | waivable |", "|---|---|---|"]
+    for c in sorted(CHECKS, key=lambda c: c.order):
+        catches = c.catches.replace("|", "\\|")  # a pipe, even in a code span, would end the cell
+        lines.append(f"| {c.name} | {catches} | {'yes' if c.waivable else 'no'} |")
+    return "\n".join(lines)

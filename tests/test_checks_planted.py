@@ -1,0 +1,134 @@
+"""Planted bugs for the numerics, poison and guards checks (tests/planted/check_kernels.py): each must fail the
+generated tests with the right check and message, and the correct kernels must pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.correctness.args import case_seed, make_args
+from harness.correctness.checks import CaseContext, CheckFailure, run_checks
+from harness.correctness.poison import POISON
+from harness.spec.imports import resolve_import
+from harness.spec.load import load as load_spec
+from harness.spec.model import DEFAULT_TOLERANCES, Tolerance
+from harness.target.device import detect
+
+SPECS = Path(__file__).resolve().parent / "specs"
+
+
+def planted_spec(tmp_path: Path, template: str, impl: str):
+    """tests/specs/<template>.toml with its triton backend ``tests.planted.check_kernels:<impl>``."""
+    text = (SPECS / f"{template}.toml").read_text()
+    assert "{impl}" in text
+    path = tmp_path / f"{template}.toml"
+    path.write_text(text.replace("{impl}", impl))
+    return load_spec(path)
+
+
+def elementwise_only(spec):
+    """The spec as the checks saw it before the normwise bound: the default tolerances, norm_rtol off."""
+    return dataclasses.replace(spec, tolerances={d: Tolerance(*DEFAULT_TOLERANCES[d], reason="normwise bound off",
+                                                              norm_rtol=math.inf) for d in spec.dtypes})
+
+
+def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
+    """Run every case of ``tiers`` in every dtype: {(dtype, failing check): ['case: message', ...]}."""
+    device = detect()
+    fn, ref = resolve_import(spec.backends["triton"].impl), resolve_import(spec.reference)
+    failures: dict[tuple[str, str], list[str]] = {}
+    for dtype in spec.dtypes:
+        for case in [c for tier in tiers for c in spec.cases[tier]]:
+            ctx = CaseContext(spec, "triton", dtype, case, case_seed(spec, dtype, case), device.arch,
+                              device.torch_device)
+            try:
+                run_checks(ctx, fn, ref)
+            except CheckFailure as exc:
+                failures.setdefault((dtype, exc.check), []).append(f"{case.id}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a crash is an outcome here
+                failures.setdefault((dtype, "error"), []).append(f"{case.id}: {type(exc).__name__}: {exc}")
+    return failures
+
+
+def test_correct_softmax_passes(tmp_path):
+    assert run_all(planted_spec(tmp_path, "planted_softmax", "softmax")) == {}
+
+
+def test_softmax_dropping_a_ragged_block_fails_normwise_in_every_dtype_and_passed_elementwise(tmp_path):
+    """The online pass forgets the last, ragged block of a 34000-column row (1232 columns, 3.6% of the
+    normaliser): every output is 3.7% high, yet every output is near 3e-5, where atol=1e-5 hides it."""
+    spec = planted_spec(tmp_path, "planted_softmax", "softmax_drops_tail")
+    failures = run_all(spec, tiers=("ci",))
+    assert sorted(failures) == [(d, "numerics") for d in sorted(spec.dtypes)], failures
+    for dtype in spec.dtypes:
+        (message,) = failures[(dtype, "numerics")]
+        assert "rows=2,cols=34000: numerics: out: 2 of 2 rows (last dimension, 34000 elements) over the normwise " \
+               "bound: ||got - ref|| / ||ref|| = 0.03" in message, message
+        assert "got " in message and "expected " in message and f"dtype={dtype}" in message
+    assert run_all(elementwise_only(spec), tiers=("ci",)) == {}  # what the elementwise check alone saw
+
+
+def test_softmax_dropping_one_element_fails_where_the_dtype_can_tell(tmp_path):
+    """One element of 34000 left out of the normaliser moves every output by ~3e-5 relative: 16x the fp32
+    bound; in fp16 and bf16 it is below a thirtieth of the outputs' own rounding, which nothing can see."""
+    spec = planted_spec(tmp_path, "planted_softmax", "softmax_drops_last")
+    failures = run_all(spec, tiers=("ci",))
+    assert sorted(failures) == [("fp32", "numerics")], failures
+    assert "over the normwise bound" in failures[("fp32", "numerics")][0]
+    assert run_all(elementwise_only(spec), tiers=("ci",)) == {}
+
+
+def test_write_past_a_padded_row_fails_guards(tmp_path):
+    failures = run_all(planted_spec(tmp_path, "planted_softmax", "softmax_writes_past_row"), tiers=("edge",))
+    assert {check for _, check in failures} == {"guards"}, failures
+    messages = [m for (_, check), ms in failures.items() for m in ms]
+    padded = [m for m in messages if m.startswith("rows=3,cols=33-padded:")]
+    assert len(padded) == 3  # one per dtype
+    for m in padded:  # row 0's column 33 is the first padding element
+        assert "guards: x: 3 elements outside the tensor written; the first, at element offset 33 (" in m, m
+        assert "is in the padding at the end of a row of its padded layout" in m and "instead of the pad pattern" in m
+    contiguous = [m for m in messages if m.startswith("rows=3,cols=33:")]
+    assert contiguous and all("at element offset 99 (" in m and "in the guard band after the tensor" in m
+                              for m in contiguous), contiguous
+
+
+def test_write_past_the_end_of_a_contiguous_output_fails_guards(tmp_path):
+    failures = run_all(planted_spec(tmp_path, "planted_softmax", "softmax_writes_past_end"), tiers=("edge",))
+    assert {check for _, check in failures} == {"guards"}, failures
+    for (dtype, _), messages in failures.items():
+        (m,) = [m for m in messages if m.startswith("rows=3,cols=200:")]
+        size = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+        assert (f"guards: out: 1 element outside the tensor written; the first, at element offset 600 "
+                f"({600 * size} bytes) from its first element, is in the guard band after the tensor") in m, m
+
+
+def test_int8_kernel_writing_the_first_poison_passes(tmp_path):
+    spec = planted_spec(tmp_path, "planted_quant", "trunc_int8")
+    case = spec.cases["ci"][0]
+    args = make_args(spec, case, "fp32", detect().torch_device, case_seed(spec, "fp32", case))
+    resolve_import(spec.backends["triton"].impl)(**args.kwargs())
+    assert (args.tensors["q"] == POISON[0][args.tensors["q"].dtype]).any()  # a value the old sentinel check failed
+    assert run_all(spec) == {}
+
+
+@pytest.mark.parametrize("impl, got_expected", [
+    ("trunc_int8_off_by_one", "max abs err 1, "),
+    ("trunc_int8_off_by_128", "max abs err 128, "),  # the int8 difference wraps to 0 in int8 arithmetic
+])
+def test_int8_mismatch_fails_with_index_got_and_expected(tmp_path, impl, got_expected):
+    failures = run_all(planted_spec(tmp_path, "planted_quant", impl), tiers=("ci",))
+    assert sorted(failures) == [("bf16", "numerics"), ("fp32", "numerics")], failures
+    for (message,) in failures.values():
+        assert "numerics: q: " in message and "outside atol=0 rtol=0" in message and got_expected in message
+        assert "first bad index (" in message and "got " in message and "expected " in message
+
+
+def test_unwritten_int8_elements_fail_poison_naming_both_sentinels(tmp_path):
+    failures = run_all(planted_spec(tmp_path, "planted_quant", "trunc_int8_skips_last"), tiers=("ci",))
+    assert sorted(failures) == [("bf16", "poison"), ("fp32", "poison")], failures
+    (message,) = failures[("fp32", "poison")]
+    assert ("poison: q: 16 of 8192 elements never written: each still held the poison of both runs (first run "
+            "-91 (0xA5), second run 90 (0x5A)), first at index (0, 511)") in message, message
