@@ -13,15 +13,19 @@ bit for bit.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # Longest row held in registers in one pass; longer rows are read twice (absmax, then quantise).
 _MAX_SINGLE_BLOCK = 8192
 _BLOCK = 4096
+# The Triton interpreter (CPU) cannot call libdevice: rounding is spelled out there (see _round_half_even).
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,17 @@ class QuantConfig:
 
 
 @triton.jit
-def _round_half_even(y):
-    # libdevice.rint does not run under the Triton interpreter; floor(y + 0.5) is exact for |y| < 2**22
-    # (always true after the 127 / absmax scaling), and a tie that landed on an odd integer steps back.
-    r = tl.floor(y + 0.5)
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-    return tl.where((r - y == 0.5) & odd, r - 1.0, r)
+def _round_half_even(y, INTERPRET: tl.constexpr):
+    if INTERPRET:
+        # libdevice.rint does not run under the Triton interpreter. floor(y + 0.5) is exact for |y| < 2**22
+        # (always so after the 127 / absmax scaling), and a tie that landed on an odd integer steps back.
+        # Not on a GPU: there the compiler contracts x * inv + 0.5 into one FMA, which rounds the product
+        # differently from the tie test (on the H200: -63.5 became -63 in up to 0.08 % of elements).
+        r = tl.floor(y + 0.5)
+        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+        return tl.where((r - y == 0.5) & odd, r - 1.0, r)
+    else:
+        return libdevice.rint(y)  # round half to even, as vLLM's float_to_int8_rn (nearbyint)
 
 
 @triton.jit
@@ -55,14 +64,14 @@ def _inverse_scale(absmax):
 
 
 @triton.jit
-def _quantise(x, inv):
-    q = _round_half_even(x * inv)
+def _quantise(x, inv, INTERPRET: tl.constexpr):
+    q = _round_half_even(x * inv, INTERPRET)
     return tl.minimum(tl.maximum(q, -128.0), 127.0).to(tl.int8)
 
 
 @triton.jit
 def _quant_kernel(x_ptr, q_ptr, s_ptr, n_cols, stride_xm, stride_xn, stride_qm, stride_qn, stride_s,
-                  BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+                  BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, INTERPRET: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
@@ -72,7 +81,7 @@ def _quant_kernel(x_ptr, q_ptr, s_ptr, n_cols, stride_xm, stride_xn, stride_qm, 
         x = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
         absmax = tl.max(tl.abs(x), axis=0)
         inv = _inverse_scale(absmax)
-        tl.store(q_row + cols * stride_qn, _quantise(x, inv), mask=mask)
+        tl.store(q_row + cols * stride_qn, _quantise(x, inv, INTERPRET), mask=mask)
     else:
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
@@ -84,7 +93,7 @@ def _quant_kernel(x_ptr, q_ptr, s_ptr, n_cols, stride_xm, stride_xn, stride_qm, 
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             x = tl.load(x_row + c * stride_xn, mask=c < n_cols, other=0.0).to(tl.float32)
-            tl.store(q_row + c * stride_qn, _quantise(x, inv), mask=c < n_cols)
+            tl.store(q_row + c * stride_qn, _quantise(x, inv, INTERPRET), mask=c < n_cols)
     tl.store(s_ptr + row * stride_s, tl.div_rn(absmax, 127.0))
 
 
@@ -107,7 +116,7 @@ def dynamic_int8_quant(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor)
     cfg = QuantConfig.for_shape(hidden)
     _quant_kernel[(tokens,)](x, q, scale, hidden, x.stride(0), x.stride(1), q.stride(0), q.stride(1),
                              scale.stride(0), BLOCK_N=cfg.block_n, SINGLE=cfg.single_pass,
-                             num_warps=cfg.num_warps)
+                             INTERPRET=_INTERPRETED, num_warps=cfg.num_warps)
 
 
 def dynamic_int8_quant_ref(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
