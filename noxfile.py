@@ -1,73 +1,110 @@
 """nox sessions: thin wrappers over ``python -m harness ...`` and pytest, so a machine without nox
-(a GPU runner, say) runs the same commands directly.
+(a GPU runner, say) runs the same commands directly. Arguments after ``--`` go to the command.
 
-Sessions use a virtualenv that sees the system's site packages, so a GPU runner's CUDA build of torch is
-used, never replaced; on a fresh machine with no torch the session installs one itself
-(``KH_TORCH_SPEC``, default ``torch==2.13.0``). ``nox --no-venv -s test`` runs in the current
-environment instead.
+Every session that needs torch (test, validate, bench, compare, matrix) runs in one shared virtualenv,
+``.nox/kh``, set up once: torch is installed there only when the machine has none (``KH_TORCH_SPEC``,
+default ``torch==2.13.0``), then the project in editable mode. It sees the system's site packages, so a GPU
+runner's CUDA build of torch is used, never replaced. ``report`` and ``lint`` need no torch and never
+install it: each has a small env of its own. ``rm -rf .nox`` starts over; ``nox --no-venv -s NAME`` runs a
+session in the current environment and installs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["test", "lint"]
 nox.options.reuse_existing_virtualenvs = True
-VENV = {"venv_params": ["--system-site-packages"]}
+ROOT = Path(__file__).resolve().parent
 TORCH_SPEC = os.environ.get("KH_TORCH_SPEC", "torch==2.13.0")
+SHARED = ROOT / ".nox" / "kh"  # the one env of the torch sessions
+NO_VENV = "--no-venv" in sys.argv  # nox's own flag: then every session runs where nox runs
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")["project"]
+LIGHT = {"venv_params": ["--system-site-packages"]}  # what the machine has already need not be installed
 
 
-def _pip(session: nox.Session, *args: str) -> None:
-    session.run("python", "-m", "pip", "install", "--disable-pip-version-check", "-q", *args)
+def _pip(session: nox.Session, *args: str, python: str = "python") -> None:
+    session.run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *args, external=True)
 
 
-def _install(session: nox.Session, extras: str = "dev") -> None:
-    """The project in editable mode, plus torch only when none is importable."""
+def _extra(name: str) -> list[str]:
+    return list(PYPROJECT["optional-dependencies"][name])
+
+
+def _shared_python(session: nox.Session) -> str:
+    """The shared env's interpreter, creating and filling the env on first use (or when pyproject.toml or
+    KH_TORCH_SPEC changed since)."""
+    if NO_VENV:
+        return "python"
+    python = SHARED / "bin" / "python"
+    stamp = SHARED / ".kh-installed"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + TORCH_SPEC.encode()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return str(python)
+    if not python.exists():
+        session.log(f"creating the shared env {SHARED.relative_to(ROOT)} (once, for every session that needs torch)")
+        session.run(sys.executable, "-m", "venv", "--system-site-packages", str(SHARED), external=True)
     probe = "import importlib.util; print(importlib.util.find_spec('torch') is not None)"
-    if "True" not in (session.run("python", "-c", probe, silent=True) or ""):
-        _pip(session, TORCH_SPEC)
-    _pip(session, "-e", f".[{extras}]")
+    has_torch = subprocess.run([str(python), "-c", probe], capture_output=True, text=True).stdout.strip()
+    if has_torch != "True":
+        _pip(session, TORCH_SPEC, python=str(python))  # first, so nothing below pulls a CUDA build of torch
+    _pip(session, "-e", f"{ROOT}[dev]", python=str(python))
+    stamp.write_text(wanted)
+    return str(python)
 
 
-@nox.session(**VENV)
+def _in_shared(session: nox.Session, *args: str) -> None:
+    session.run(_shared_python(session), *args, external=True)
+
+
+@nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
     """The harness's own tests plus every generated kernel test (ci tier); args after -- go to pytest."""
-    _install(session)
-    session.run("python", "-m", "pytest", *session.posargs)
+    _in_shared(session, "-m", "pytest", *session.posargs)
 
 
-@nox.session(**VENV)
-def lint(session: nox.Session) -> None:
-    """ruff over the whole repository; args after -- go to ruff check."""
-    _pip(session, "ruff")
-    session.run("python", "-m", "ruff", "check", *(session.posargs or ["."]))
-
-
-@nox.session(**VENV)
+@nox.session(venv_backend="none")
 def validate(session: nox.Session) -> None:
     """Check every spec (or the spec files given after --): one line per problem, exit 2."""
-    _install(session)
-    session.run("python", "-m", "harness", "validate", *session.posargs)
+    _in_shared(session, "-m", "harness", "validate", *session.posargs)
 
 
-@nox.session(**VENV)
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Benchmark every kernel (or --kernel NAME) and write a report (default reports/<device>/)."""
-    _install(session)
-    session.run("python", "-m", "harness", "bench", *session.posargs)
+    """Benchmark every kernel (or --kernel NAME) and write a report (default build/reports/<device>/)."""
+    _in_shared(session, "-m", "harness", "bench", *session.posargs)
 
 
-@nox.session(**VENV)
+@nox.session(venv_backend="none")
+def compare(session: nox.Session) -> None:
+    """The merge gate on two stored runs: nox -s compare -- BASE/results.json PR/results.json --out DIR."""
+    _in_shared(session, "-m", "harness", "compare", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def matrix(session: nox.Session) -> None:
+    """Compile every Triton/CUDA kernel ahead of time for each target architecture; no GPU needed."""
+    _in_shared(session, "-m", "harness", "matrix", *session.posargs)
+
+
+@nox.session(**LIGHT)
 def report(session: nox.Session) -> None:
-    """Re-render a report from stored results: nox -s report -- DIR/results.json --out DIR2."""
-    _install(session)
+    """Re-render a report from stored results, no torch needed: nox -s report -- DIR/results.json --out DIR2."""
+    if not NO_VENV:
+        _pip(session, *_extra("report"))
+        _pip(session, "--no-deps", "-e", ".")  # the harness without torch and triton: rendering needs neither
     session.run("python", "-m", "harness", "report", *session.posargs)
 
 
-@nox.session(**VENV)
-def matrix(session: nox.Session) -> None:
-    """Compile every Triton/CUDA kernel ahead of time for each target architecture; no GPU needed."""
-    _install(session)
-    session.run("python", "-m", "harness", "matrix", *session.posargs)
+@nox.session(**LIGHT)
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository; args after -- go to ruff check."""
+    if not NO_VENV:
+        _pip(session, *[r for r in _extra("dev") if r.startswith("ruff")])
+    session.run("python", "-m", "ruff", "check", *(session.posargs or ["."]))

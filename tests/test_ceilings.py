@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -66,11 +67,43 @@ def test_measure_on_cpu_measures_every_pattern_and_caches(tmp_path, monkeypatch)
     monkeypatch.setitem(ceil_mod._CPU, "copy_bytes", 16 << 20)  # small: this checks the plumbing, not the CPU
     monkeypatch.setitem(ceil_mod._CPU, "matmul_n", 128)
     monkeypatch.setitem(ceil_mod._CPU, "slow_matmul_n", 64)
-    first = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path)
+    lines: list[str] = []
+    first = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=lines.append)
     assert set(first.bandwidth_gbps) == set(PATTERNS) and not first.cached
     assert all(math.isfinite(v) and v > 0 for v in first.bandwidth_gbps.values())
     assert first.copy_gbps == first.bandwidth_gbps["copy"]
     for name in PATTERNS:
         assert f"{name} = " in first.method
-    again = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path)
+    # one line per probe while measuring (minutes on a GPU), between a first and a last line
+    probes = [ln for ln in lines if " via " in ln]
+    assert sum(" via torch.mm" not in ln for ln in probes) == 9  # fill 2, copy 2, add 2, read 3 probes
+    assert sum(" via torch.mm" in ln for ln in probes) == len(first.matmul_tflops)
+    assert lines[0].startswith("ceilings: measuring") and lines[-1].startswith("ceilings: done")
+    # each ceiling keeps its own interval, and the load it was measured under
+    for name, (lo, hi) in first.bandwidth_ci_gbps.items():
+        assert lo <= first.bandwidth_gbps[name] <= hi
+    assert set(first.conditions) == {"start", "end"} and "loadavg_1m" in first.conditions["start"]
+    again = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=lines.append)
     assert again.cached and again.bandwidth_gbps == first.bandwidth_gbps
+    assert again.bandwidth_ci_gbps == first.bandwidth_ci_gbps and again.conditions == first.conditions
+    n_lines = len(lines)
+    measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=lines.append)
+    assert len(lines) == n_lines  # a cached read is silent
+    fresh = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, refresh=True, progress=None)
+    assert not fresh.cached and fresh.measured_at >= first.measured_at
+
+
+def test_a_cache_without_intervals_is_measured_again(tmp_path, monkeypatch):
+    """A cache written before ceilings kept their spread and load (the one that called a case at 108% a
+    model error) is not trusted: it is measured again."""
+    monkeypatch.setitem(ceil_mod._CPU, "copy_bytes", 4 << 20)
+    monkeypatch.setitem(ceil_mod._CPU, "matmul_n", 64)
+    monkeypatch.setitem(ceil_mod._CPU, "slow_matmul_n", 32)
+    first = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=None)
+    (path,) = tmp_path.glob("ceilings-*.json")
+    data = json.loads(path.read_text())
+    for key in ("bandwidth_ci_gbps", "matmul_ci_tflops", "conditions"):
+        del data[key]
+    path.write_text(json.dumps(data))
+    again = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=None)
+    assert not again.cached and again.conditions and first.cached is False

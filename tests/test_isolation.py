@@ -122,7 +122,9 @@ def test_bench_isolate_reports_each_fault_and_measures_the_rest(tmp_path):
            "--provider", ",".join(providers), "--out", str(out_dir), "--timeout", "1", "--min-time", "0.05"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
-    assert run.returncode == 1, run.stderr[-3000:]  # errors found, the run finished and wrote its results
+    # the faults are peers': findings of the report, not a failed run (only a failing candidate exits 1)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("note (peer, does not fail the run)") == 3, run.stdout[-3000:]
     cases = json.loads((out_dir / "results.json").read_text())["cases"]
     assert [c["provider"] for c in cases] == providers  # the plan's order
     by = {c["provider"]: c for c in cases}

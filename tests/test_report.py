@@ -1,30 +1,26 @@
-"""The report and the pytest-benchmark export, from SYNTHETIC results (see test_results.synthetic_results).
+"""The report and the pytest-benchmark export, from SYNTHETIC results (see tests.e2e.synthetic_results).
 
 Nothing here needs a GPU or the timing engine, and nothing is written outside tmp_path.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import platform
 import re
+import socket
 import subprocess
 import sys
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import pytest
 
 from harness.report.render import interval, num, render_report
 from harness.results.io import write_results
 from harness.results.pbexport import to_pytest_benchmark, write_pytest_benchmark
-
-# the synthetic builder lives beside the results tests; load it by path so any pytest import mode works
-_spec = importlib.util.spec_from_file_location("_synthetic", Path(__file__).with_name("test_results.py"))
-_synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_synthetic)
-synthetic_results = _synthetic.synthetic_results
+from harness.timing.environment import collect_environment
+from tests.e2e import REPO, synthetic_results
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +191,24 @@ def test_pbexport_format(results):
     assert bench["stats"]["rounds"] == len(ok[0].samples_us)
     assert bench["extra_info"]["verdict"] == ok[0].verdict
     json.dumps(doc, allow_nan=False)
+
+
+def test_pbexport_carries_the_run_provenance(results):
+    """machine_info and commit_info hold what collect_environment recorded, read by its own key names."""
+    env = collect_environment(device="cpu")
+    env["git_dirty"] = True  # whatever the checkout says now: the export must carry the recorded value
+    doc = to_pytest_benchmark(replace(results, environment=env))
+    machine, commit = doc["machine_info"], doc["commit_info"]
+    assert machine["node"] == socket.gethostname() and machine["python_version"] == platform.python_version()
+    assert machine["system"] == platform.platform() and machine["machine"] == env["device"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert commit["id"] == (head.stdout.strip() if head.returncode == 0 else "unknown")
+    assert commit["dirty"] is True and doc["datetime"] == env["date"]
+    clean = to_pytest_benchmark(replace(results, environment={**env, "git_dirty": False}))["commit_info"]
+    assert clean["dirty"] is False
+    synthetic = to_pytest_benchmark(results)
+    assert synthetic["commit_info"]["id"] == "0" * 40 and synthetic["machine_info"]["node"] == "synthetic-host"
+    assert synthetic["datetime"] == "2026-11-29T08:00:00+00:00"
 
 
 def test_pbexport_loads_through_compare_machinery(results, tmp_path):

@@ -44,11 +44,19 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[li
 
 
 def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:
+    """One row per backend, in resolution order (the spec's fallback order first).
+
+    The selected backend "ran" when it is the first of the fallback order, else it is a "fallback" whose
+    reason names each backend it fell back past and why that one could not run.
+    """
     ran = next((s.backend for s in statuses if s.selected), None)
     rows = []
-    for s in statuses:
-        if s.selected:
+    for i, s in enumerate(statuses):
+        if s.selected and i == 0:
             rows.append(ArchRow(s.kernel, s.arch, s.backend, "ran", ""))
+        elif s.selected:
+            past = "; ".join(f"{p.backend}: {p.reason}" for p in statuses[:i])
+            rows.append(ArchRow(s.kernel, s.arch, s.backend, "fallback", past))
         elif not s.runnable:
             rows.append(ArchRow(s.kernel, s.arch, s.backend, "unavailable",
                                 f"{s.reason}; fell back to {ran}" if ran else s.reason))
@@ -57,7 +65,13 @@ def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:
     return rows
 
 
+DEFAULT_OUT_ROOT = Path("build") / "reports"  # ignored by git: a run never dirties the checkout
+
+
 def default_out_dir(device: Device) -> Path:
+    """``build/reports/<device>/`` (relative to where the command runs): a scratch folder that .gitignore
+    ignores, so a plain ``bench`` leaves ``git status`` clean. A report meant to be committed (reports/h200/)
+    is written there on purpose with ``--out``."""
     slug = "".join(ch if ch.isalnum() else "-" for ch in device.name.lower()).strip("-")
     slug = slug.replace("nvidia-", "") or device.arch
-    return Path("reports") / ("cpu" if device.arch == "cpu" else slug)
+    return DEFAULT_OUT_ROOT / ("cpu" if device.arch == "cpu" else slug)

@@ -12,10 +12,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, options, spec_paths
+from harness.spec.model import RUN_TIERS
 from harness.target.tools import sanitizer
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -35,7 +37,7 @@ def _options(p) -> None:
     p.add_argument("--kernel", action="append", default=[])
     p.add_argument("--tool", action="append", default=[], help="memcheck (default), racecheck, initcheck, synccheck")
     p.add_argument("--dtype", default="bf16", help="dtypes to run (default bf16: the sanitizer is slow)")
-    p.add_argument("--tier", default="ci", help="case tier (default ci: edge and ci cases)")
+    p.add_argument("--tier", default="ci", choices=sorted(RUN_TIERS), help="case tier (default ci: edge and ci cases)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per kernel and tool")
     p.add_argument("--log-dir", default=None, help="keep each kernel's full sanitizer output as <kernel>.<tool>.log")
     p.add_argument("--specs-dir", default="specs")
@@ -103,19 +105,24 @@ def cmd_sanitize(args) -> int:
     if log_dir:
         log_dir.mkdir(parents=True, exist_ok=True)
     failed = False
-    for path in spec_paths([], args.specs_dir, args.kernel):
-        for tool in tools:
-            cmd = [tool_path, "--tool", tool, "--error-exitcode", str(_EXIT_SANITIZER), "--target-processes", "all",
-                   sys.executable, "-m", "pytest", "--specs", args.specs_dir, "--kernel", path.stem,
-                   "--dtype", args.dtype, "--tier", args.tier, "-q", "-p", "no:cacheprovider", "--no-isolate",
-                   *args.pytest_args]
-            text, code = run_sanitized(cmd, args.timeout)
-            if log_dir:
-                (log_dir / f"{path.stem}.{tool}.log").write_text(text)
-            verdict = judge(path.stem, tool, text, code)
-            failed |= verdict.status != "clean"
-            print(verdict.line(), flush=True)
-            if verdict.status != "clean":
-                for finding in verdict.findings:
-                    print(f"    {finding}")
+    runs = [(path, tool) for path in spec_paths([], args.specs_dir, args.kernel) for tool in tools]
+    start = time.monotonic()
+    # One sanitizer run per kernel and tool takes minutes: each says when it starts, and how long it took.
+    for i, (path, tool) in enumerate(runs, 1):
+        print(f"[{i}/{len(runs)} at {time.monotonic() - start:.0f} s] {path.stem} under {tool}: started "
+              f"(timeout {args.timeout:.0f} s)", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        cmd = [tool_path, "--tool", tool, "--error-exitcode", str(_EXIT_SANITIZER), "--target-processes", "all",
+               sys.executable, "-m", "pytest", "--specs", args.specs_dir, "--kernel", path.stem,
+               "--dtype", args.dtype, "--tier", args.tier, "-q", "-p", "no:cacheprovider", "--no-isolate",
+               *args.pytest_args]
+        text, code = run_sanitized(cmd, args.timeout)
+        if log_dir:
+            (log_dir / f"{path.stem}.{tool}.log").write_text(text)
+        verdict = judge(path.stem, tool, text, code)
+        failed |= verdict.status != "clean"
+        print(f"{verdict.line()} ({time.monotonic() - t0:.1f} s)", flush=True)
+        if verdict.status != "clean":
+            for finding in verdict.findings:
+                print(f"    {finding}")
     return EXIT_FAILED if failed else EXIT_OK

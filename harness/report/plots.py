@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.results.model import CaseResult, Results
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
-LOG_SPREAD = 10.0  # a panel whose slowest sample is this many times its fastest gets a log axis
+ROLE_ORDER = {"candidate": 0, "baseline": 1, "peer": 2}
 
 
 @dataclass(frozen=True)
@@ -103,46 +103,63 @@ def _plain_log_axis(axis) -> None:
 
 
 def _dist_figure(Figure, kernel: str, cases: list[CaseResult], provider_colour: dict):
+    """One panel per shape and dtype; each provider's samples as % from *its own* median.
+
+    On one absolute axis a reference 100x slower than the candidate squashes every other box into a line
+    (log axes included), and the candidate's spread is what a reviewer needs to see. The medians, in µs,
+    stand under the provider names; the speedup tables compare them. The axis spans the whiskers, so a few
+    far outliers cannot squash the boxes either: those beyond it are counted at the top or bottom edge.
+    """
     panels: dict[tuple, list[CaseResult]] = {}
-    for c in cases:
+    for c in sorted(cases, key=lambda c: ROLE_ORDER.get(c.role, 3)):
         panels.setdefault((c.case_id, c.dtype), []).append(c)
     ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))  # no lone empty cell for four panels
     nrows = math.ceil(len(panels) / ncols)
-    height = 3.4 * nrows + 0.6
+    height = 3.6 * nrows + 0.7
     fig = Figure(figsize=(4.6 * ncols, height))
     # fixed margins: constrained layout measures every tick label and costs seconds per figure
-    fig.subplots_adjust(left=0.8 / (4.6 * ncols), right=1 - 0.15 / ncols, top=1 - 0.6 / height,
-                        bottom=0.6 / height, wspace=0.32, hspace=0.55)
-    fig.suptitle(f"{kernel}: µs per launch by provider (box p25-p75, whiskers 1.5 IQR, dots outliers)",
-                 fontsize=10)
+    fig.subplots_adjust(left=0.8 / (4.6 * ncols), right=1 - 0.15 / ncols, top=1 - 0.7 / height,
+                        bottom=0.75 / height, wspace=0.32, hspace=0.75)
+    fig.suptitle(f"{kernel}: each provider's samples, % from its own median (median µs under its name)\n"
+                 "box p25-p75, whiskers 1.5 IQR, dots outliers; * the candidate", fontsize=9)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, ((_case_id, dtype), group) in zip(axes.flat, panels.items(), strict=False):
-        data = [c.samples_us for c in group]
+        data = [[100.0 * (x / c.stats["median"] - 1.0) for x in c.samples_us] if c.stats["median"] else [0.0]
+                for c in group]
         box = ax.boxplot(data, patch_artist=True, widths=0.6,
                          flierprops={"markersize": 2, "alpha": 0.5},
                          medianprops={"color": "black"})
-        ax.set_xticks(range(1, len(group) + 1), [c.provider for c in group])  # tick_labels= needs mpl 3.9
+        labels = [f"{c.provider}{' *' if c.role == 'candidate' else ''}\n{_us(c.stats['median'])} µs" for c in group]
+        ax.set_xticks(range(1, len(group) + 1), labels)  # tick_labels= needs mpl 3.9
         for patch, c in zip(box["boxes"], group, strict=True):
             patch.set_facecolor(provider_colour[c.provider])
             patch.set_alpha(0.75)
-        low = min(min(d) for d in data)
-        high = max(max(d) for d in data)
-        log = low > 0 and high / low > LOG_SPREAD
-        if log:
-            ax.set_yscale("log")
-            _plain_log_axis(ax.yaxis)
-        for i, c in enumerate(group):  # tight boxes on a log axis are hard to read: print the median
-            top = box["whiskers"][2 * i + 1].get_ydata()[1]
-            ax.annotate(f"{c.stats['median']:.4g}", (i + 1, top), xytext=(0, 3),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        ends = [y for w in box["whiskers"] for y in w.get_ydata()]
+        lo, hi = min(ends), max(ends)
+        pad = max(0.12 * (hi - lo), 0.5)
+        lo, hi = lo - pad, hi + pad
+        ax.set_ylim(lo, hi)
+        for i, d in enumerate(data):
+            above, below = sum(v > hi for v in d), sum(v < lo for v in d)
+            if above:
+                ax.annotate(f"+{above} above", (i + 1, hi), xytext=(0, -2), textcoords="offset points",
+                            ha="center", va="top", fontsize=6, color="dimgray")
+            if below:
+                ax.annotate(f"+{below} below", (i + 1, lo), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=6, color="dimgray")
+        ax.axhline(0.0, color="gray", lw=0.6, alpha=0.6)
         ax.set_title("\n".join(textwrap.wrap(f"{shape_label(group[0].shape)}  [{dtype}]", 48)), fontsize=8)
-        ax.set_ylabel("µs (log scale)" if log else "µs", fontsize=8)
+        ax.set_ylabel("% from the provider's median", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-        ax.tick_params(axis="x", labelrotation=20 if len(group) > 3 else 0, labelsize=8)
+        ax.tick_params(axis="x", labelsize=7)
         ax.tick_params(axis="y", labelsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     return fig
+
+
+def _us(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _roofline_point(case: CaseResult) -> tuple[float, float] | None:

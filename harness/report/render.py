@@ -6,6 +6,8 @@ here as escaped strings, the template (templates/report.md.j2) only lays them ou
 
 from __future__ import annotations
 
+import datetime
+import math
 import os
 import re
 from collections import Counter
@@ -115,6 +117,10 @@ def _summary(results: Results) -> dict:
                              for p in c.speedups)
     others += [p for p in _provider_order(c.provider for g in headline.values() for c in g
                                           if c.role != "candidate") if p not in others]
+    # A provider that could not run anywhere (a CUDA backend on a CPU, a peer not installed) gets no column of
+    # dashes: "What was timed" names it with its reason.
+    ran = {c.provider for g in headline.values() for c in g if c.status != "skipped"}
+    others = [p for p in others if p in ran]
     rows = []
     for (kernel, _, dtype), group in headline.items():
         fastest = _fastest(group)
@@ -150,22 +156,159 @@ def _ceilings(results: Results) -> dict | None:
     sheet = measured.get("datasheet") or {}
     rows = []
 
-    def row(label, m, d):
+    def row(label, m, d, ci=None):
         ratio = pct(100 * m / d) if m is not None and d else DASH
-        rows.append([label, num(m), num(d), ratio])
+        ok = isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_is_num(v) for v in ci) and _is_num(m)
+        rows.append([label, interval(m, ci[0], ci[1]) if ok else num(m), num(d), ratio])
 
-    bandwidth = measured.get("bandwidth_gbps") or {}
+    bandwidth = _dict(measured.get("bandwidth_gbps"))
+    band_ci, mm_ci = _dict(measured.get("bandwidth_ci_gbps")), _dict(measured.get("matmul_ci_tflops"))
     if measured.get("copy_gbps") is not None or sheet.get("copy_gbps") is not None:
-        row("copy, GB/s (read + write)", measured.get("copy_gbps"), sheet.get("copy_gbps"))
+        row("copy, GB/s (read + write)", measured.get("copy_gbps"), sheet.get("copy_gbps"), band_ci.get("copy"))
     for name, label in BANDWIDTH_LABELS.items():
         if bandwidth.get(name) is not None:
-            row(label, bandwidth[name], None)
+            row(label, bandwidth[name], None, band_ci.get(name))
     mm, smm = measured.get("matmul_tflops") or {}, sheet.get("matmul_tflops") or {}
     for dtype in dict.fromkeys([*mm, *smm]):
-        row(f"matmul {dtype}, TFLOP/s", mm.get(dtype), smm.get(dtype))
+        row(f"matmul {dtype}, TFLOP/s", mm.get(dtype), smm.get(dtype), mm_ci.get(dtype))
     if not rows:
         return None
     return _table(["ceiling", "measured", "datasheet", "measured / datasheet"], rows, right=(1, 2, 3))
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _date(text) -> datetime.datetime | None:
+    try:
+        when = datetime.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def _age(then: datetime.datetime, now: datetime.datetime) -> str:
+    hours = (now - then).total_seconds() / 3600
+    if hours < 0:
+        return "after this run started"
+    return (f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days") \
+        + " before this run"
+
+
+def _load_text(snap: dict) -> str:
+    """One snapshot of ceilings.load_snapshot as words: what competed with the measurement."""
+    parts = []
+    if "gpu_util_pct" in snap:
+        parts.append(f"GPU utilisation {cell(snap['gpu_util_pct'])}%" if _is_num(snap["gpu_util_pct"])
+                     else f"GPU utilisation {cell(snap['gpu_util_pct'])}")
+    others = snap.get("other_processes")
+    if isinstance(others, list):
+        parts.append(f"{len(others)} other process{'es' * (len(others) != 1)} on the GPU"
+                     + (f" (pids {', '.join(map(str, others[:5]))})" if others else ""))
+    if _is_num(snap.get("sm_clock_mhz")) and _is_num(snap.get("sm_clock_max_mhz")):
+        parts.append(f"SM clock {snap['sm_clock_mhz']:,.0f} of {snap['sm_clock_max_mhz']:,.0f} MHz")
+    if _is_num(snap.get("loadavg_1m")):
+        cores = f" on {snap['cpu_cores_usable']} usable cores" if _is_num(snap.get("cpu_cores_usable")) else ""
+        parts.append(f"host load average {snap['loadavg_1m']:.2f} (1 min){cores}")
+    return ", ".join(parts)
+
+
+def _busy(snap: dict) -> bool:
+    util, others = snap.get("gpu_util_pct"), snap.get("other_processes")
+    clock, top = snap.get("sm_clock_mhz"), snap.get("sm_clock_max_mhz")
+    cores, load = snap.get("cpu_cores_usable"), snap.get("loadavg_1m")
+    return ((_is_num(util) and util >= 10) or (isinstance(others, list) and bool(others))
+            or (_is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top)
+            or ("gpu_util_pct" not in snap and _is_num(load) and _is_num(cores) and cores > 0 and load > cores))
+
+
+def _ceilings_when(results: Results) -> dict:
+    """When, how and under what load the ceilings were measured: a ceiling taken on a busy machine is low,
+    and every case judged against it looks closer to the roofline than it is."""
+    c, env = results.ceilings, results.environment
+    measured, run = _date(c.get("measured_at")), _date(env.get("date"))
+    parts = []
+    if measured:
+        when = f"Ceilings measured {measured.strftime('%Y-%m-%d %H:%M')} UTC"
+        if c.get("cached") is True:
+            when += f", read from the cache ({_age(measured, run)})" if run else ", read from the cache"
+        elif c.get("cached") is False:
+            when += " by this run"
+        parts.append(when + ".")
+    else:
+        parts.append("When the ceilings were measured was not recorded.")
+    conditions = _dict(c.get("conditions"))
+    start, end = _load_text(_dict(conditions.get("start"))), _load_text(_dict(conditions.get("end")))
+    if start:
+        parts.append(f"Load when their measurement started: {start}" + (f"; when it ended: {end}." if end else "."))
+    else:
+        parts.append("The load during their measurement was not recorded (ceilings from an older harness).")
+    if _dict(c.get("bandwidth_ci_gbps")) or _dict(c.get("matmul_ci_tflops")):
+        parts.append("Brackets: 95% interval of each ceiling's median; the verdicts allow for it.")
+    parts.append("`bench --refresh-ceilings` measures them again; do it on an idle machine.")
+    busy = any(_busy(_dict(conditions.get(k))) for k in ("start", "end"))
+    return {"text": " ".join(parts), "busy": busy}
+
+
+def _interpreted(results: Results) -> list[str]:
+    """Backends that ran on a CPU: only through the Triton interpreter, which checks and never times."""
+    return list(dict.fromkeys(r.backend for r in results.arch_matrix
+                              if r.arch == "cpu" and r.status in ("ran", "fallback") and r.backend != "reference"))
+
+
+def _what_was_timed(results: Results) -> list[str]:
+    """Which providers the numbers belong to, with which timer; which ran only under the interpreter, and
+    which did not run: a CPU report must not read as a measurement of the Triton kernel."""
+    cases = results.cases
+    ok = [c for c in cases if c.status == "ok"]
+    roles: dict[str, set] = {}
+    for c in cases:
+        roles.setdefault(c.provider, set()).add(c.role)
+    timed = sorted(_provider_order({c.provider for c in ok}), key=lambda p: "candidate" not in roles[p])
+    methods = list(dict.fromkeys(c.method for c in ok))
+    interpreted = _interpreted(results)
+    host = bool(methods) and all("host" in m for m in methods)
+
+    def who(p: str) -> str:
+        label = code(p)
+        notes = []
+        if p == "reference":
+            notes.append("eager torch")
+        if "candidate" in roles.get(p, ()):
+            notes.append("the candidate" + (": no backend can be timed on this device" if p == "reference"
+                                            else ""))
+        return label + (f" ({'; '.join(notes)})" if notes else "")
+
+    parts = []
+    if timed:
+        how = f", with {', '.join(code(m) for m in methods)}" if methods else ""
+        what = "host (CPU) times, not GPU times" if host else ""
+        parts.append(f"**What was timed:** {', '.join(who(p) for p in timed)}{how}"
+                     + (f": {what}." if what else "."))
+    else:
+        parts.append("**What was timed:** nothing; no provider produced a timed, correct result.")
+    if interpreted:
+        parts.append(f"**Checked, not timed:** {', '.join(code(b) for b in interpreted)} "
+                     f"ran only under the Triton interpreter, a correctness tool: the generated tests "
+                     f"(`nox -s test`) check it against the reference; it is not timed, so no number in this "
+                     f"report is a Triton kernel's.")
+    skipped = {}
+    for c in cases:
+        if c.status == "skipped" and c.provider not in timed and c.provider not in interpreted:
+            skipped.setdefault(c.provider, c.reason)
+    if skipped:
+        parts.append("**Not run here:** " + ", ".join(f"{code(p)} ({cell(r)})" for p, r in skipped.items()) + ".")
+    failed = [p for p in _provider_order({c.provider for c in cases if c.status in ("wrong", "error")})]
+    if failed:
+        parts.append("**Failed:** " + ", ".join(
+            f"{code(p)} ({'/'.join(sorted(roles.get(p, ())))})" for p in failed)
+            + "; see below. A failing baseline or peer is a finding; only a failing candidate fails the run.")
+    return parts
 
 
 def _arch_matrix(results: Results) -> dict | None:
@@ -175,8 +318,10 @@ def _arch_matrix(results: Results) -> dict | None:
     cells: dict[tuple, list[str]] = {}
     for r in results.arch_matrix:
         who = f"{code(r.backend)} " if r.backend else ""
-        text = {"ran": f"ran ({code(r.backend)})",
-                "fallback": f"fell back to {code(r.backend)} because {cell(r.reason)}",
+        interp = " under the Triton interpreter: checked by the tests, not timed" \
+            if r.arch == "cpu" and r.backend != "reference" else ""
+        text = {"ran": f"ran ({code(r.backend)}){interp}",
+                "fallback": f"fell back to {code(r.backend)} because {cell(r.reason)}{';' if interp else ''}{interp}",
                 "skipped": f"{who}skipped: {cell(r.reason)}",
                 "unavailable": f"{who}unavailable: {cell(r.reason)}"}[r.status]
         cells.setdefault((r.kernel, r.arch), []).append(text)
@@ -186,8 +331,12 @@ def _arch_matrix(results: Results) -> dict | None:
 
 
 def _not_measured(cases) -> list[dict]:
+    """Failures first (a candidate's, then baselines' and peers'), then skips: the order a reviewer needs."""
+    rank = {"wrong": 0, "error": 0, "skipped": 1}
+    bad = sorted((c for c in cases if c.status != "ok"),
+                 key=lambda c: (rank.get(c.status, 0), c.role != "candidate"))
     return [{"status": c.status, "provider": c.provider, "dtype": c.dtype, "kernel": c.kernel,
-             "shape": shape_label(c.shape), "reason": cell(c.reason)} for c in cases if c.status != "ok"]
+             "role": c.role, "shape": shape_label(c.shape), "reason": cell(c.reason)} for c in bad]
 
 
 def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
@@ -293,6 +442,8 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "date": cell(date[:10]) if date else "date not recorded",
         "complete": results.complete,
         "how_measured": _how_measured(results),
+        "what_timed": _what_was_timed(results),
+        "ceilings_when": _ceilings_when(results),
         "summary": _summary(results),
         "ceilings": _ceilings(results),
         "arch_matrix": _arch_matrix(results),

@@ -5,7 +5,11 @@ copy, and a read-heavy mix faster), so it is measured for four patterns (write o
 1 write, read only) and a kernel's roofline uses the bandwidth at its own read fraction
 (`memory_ceiling`). Rooflines are built on these, never on datasheet figures; the datasheet figure, where
 known, is shown beside as a reference (``Ceilings.datasheet``, the same keys as the measured ones).
-Results are cached as JSON per device name + driver + torch version, so a run measures them once.
+Results are cached as JSON per device name + driver + torch version (``~/.cache/kernel-harness``), so a
+run measures them once; ``refresh=True`` (``bench --refresh-ceilings``) measures again. Each ceiling keeps
+its own spread (the bootstrap 95% interval of the winning probe's median) and the load the device was
+under while it was measured (NVML utilisation, other processes and clocks on a GPU; the load average on a
+CPU), so a report can say how far to trust it and a roofline verdict can allow for its noise.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from harness.timing import clocks
 from harness.timing.clocks import nvml_snapshot
 from harness.timing.engine import TimingConfig, measure
 from harness.timing.environment import cpu_model, driver_version, resolve_device
@@ -67,6 +74,16 @@ class Ceilings:
     method: str
     measured_at: str
     cached: bool
+    bandwidth_ci_gbps: dict = field(default_factory=dict)  # PATTERNS name -> [lo, hi]: 95% CI of the median
+    matmul_ci_tflops: dict = field(default_factory=dict)   # dtype -> [lo, hi]
+    conditions: dict = field(default_factory=dict)         # "start" / "end" -> load_snapshot() while measuring
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _driver(dev: torch.device) -> str:
@@ -102,13 +119,51 @@ def _save(path: Path, key: dict, ceilings: Ceilings) -> None:
     os.replace(tmp, path)
 
 
-def _median_us(fn, dev, cfg) -> tuple[float, str]:
+def load_snapshot(dev: torch.device) -> dict:
+    """How busy the machine is right now: on a GPU, NVML utilisation, the other processes on the device and
+    the clocks; everywhere, the host's load average. A ceiling measured under load is too low, and every
+    kernel judged against it looks better than it is."""
+    out: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        out["loadavg_1m"], out["loadavg_5m"], _ = (round(v, 2) for v in os.getloadavg())
+    except (AttributeError, OSError):
+        out["loadavg_1m"] = None
+    out["cpu_cores_usable"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if dev.type != "cuda":
+        return out
+    snap = nvml_snapshot(dev)
+    out.update({k: snap[k] for k in ("nvml", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
+                                     "power_draw_w", "temperature_c", "clock_event_reasons") if k in snap})
+    handle, _ = clocks.nvml_handle(dev)
+    if handle is None:
+        return out
+    try:
+        rates = clocks.pynvml.nvmlDeviceGetUtilizationRates(handle)
+        out["gpu_util_pct"], out["mem_util_pct"] = int(rates.gpu), int(rates.memory)
+    except Exception as exc:  # NVMLError subclasses vary by version; a missing field is recorded as such
+        out["gpu_util_pct"] = f"unavailable: {exc}"
+    try:
+        procs = clocks.pynvml.nvmlDeviceGetComputeProcesses(handle)
+        out["other_processes"] = sorted({int(p.pid) for p in procs} - {os.getpid()})
+    except Exception as exc:
+        out["other_processes"] = f"unavailable: {exc}"
+    return out
+
+
+def _ci(lo: float, hi: float) -> list | None:
+    return [lo, hi] if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi > 0 else None
+
+
+def _median_us(fn, dev, cfg) -> tuple[float, list | None, str]:
+    """Median µs of ``fn``, the 95% interval of that median (None when it has none), and the timing method."""
     m = measure(fn, device=dev, config=cfg)
-    return summarize(m.samples_us).median, m.method
+    st = summarize(m.samples_us)
+    return st.median, _ci(st.median_ci_lo, st.median_ci_hi), m.method
 
 
-def _bandwidth_gbps(dev, sizes) -> tuple[dict, str]:
-    """GB/s of each traffic pattern (its fastest probe), over buffers of sizes["copy_bytes"] each."""
+def _bandwidth_gbps(dev, sizes, progress: Progress | None = None) -> tuple[dict, dict, str]:
+    """GB/s of each traffic pattern (its fastest probe) and that probe's interval, over buffers of
+    sizes["copy_bytes"] each."""
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     n = sizes["copy_bytes"] // torch.empty((), dtype=dtype).element_size()
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -124,23 +179,36 @@ def _bandwidth_gbps(dev, sizes) -> tuple[dict, str]:
         "read": {"sum": lambda: torch.sum(a), "amax": lambda: torch.amax(a), "row sums": lambda: rows.sum(dim=1)},
     }
     moved = {"fill": nbytes, "copy": 2 * nbytes, "add": 3 * nbytes, "read": nbytes}
-    out, won, method = {}, [], ""
+    out, spread, won, method = {}, {}, [], ""
     for name, fns in probes.items():
         best = None
         for label, fn in fns.items():
-            median, method = _median_us(fn, dev, sizes["copy_cfg"])
+            t0 = time.monotonic()
+            median, ci, method = _median_us(fn, dev, sizes["copy_cfg"])
             if not math.isfinite(median):
                 # An idle GPU ramps its clock during the first runs; those samples are dropped as throttled
                 # and can leave none. Measure again, now that the clock is up.
-                median, method = _median_us(fn, dev, sizes["copy_cfg"])
+                median, ci, method = _median_us(fn, dev, sizes["copy_cfg"])
             gbps = moved[name] / median / 1e3
+            ci_gbps = [moved[name] / ci[1] / 1e3, moved[name] / ci[0] / 1e3] if ci else None
+            if progress:
+                progress(f"ceilings: {name} ({PATTERNS[name][1]}) via {label}: {_rate(gbps, ci_gbps, 'GB/s')} "
+                         f"({time.monotonic() - t0:.1f} s)")
             if math.isfinite(gbps) and (best is None or gbps > best[0]):
-                best = (gbps, label)
+                best = (gbps, label, ci_gbps)
         out[name] = best[0] if best else math.nan
+        if best and best[2]:
+            spread[name] = best[2]
         won.append(f"{name} = {PATTERNS[name][1]}: {', '.join(fns)} (fastest: {best[1] if best else 'none'})")
     note = (f"bandwidth: {nbytes} bytes of {str(dtype)[6:]} per buffer, GB/s = (read + written) / median "
             f"({method}), the fastest probe of each pattern; " + ", ".join(won))
-    return out, note
+    return out, spread, note
+
+
+def _rate(value: float, ci: list | None, unit: str) -> str:
+    if not math.isfinite(value):
+        return f"no valid samples ({unit})"
+    return f"{value:,.4g} {unit}" + (f" [{ci[0]:,.4g}, {ci[1]:,.4g}]" if ci else "")
 
 
 def memory_ceiling(bandwidth: dict, read_fraction: float | None, copy_gbps: float | None = None) -> float | None:
@@ -163,8 +231,8 @@ def memory_ceiling(bandwidth: dict, read_fraction: float | None, copy_gbps: floa
     return points[0][1]  # a single measured pattern
 
 
-def _matmul_tflops(dev, sizes) -> tuple[dict, list[str]]:
-    out, notes = {}, []
+def _matmul_tflops(dev, sizes, progress: Progress | None = None) -> tuple[dict, dict, list[str]]:
+    out, spread, notes = {}, {}, []
     previous = torch.get_float32_matmul_precision()
     try:
         for name, dtype in _DTYPES.items():
@@ -181,44 +249,66 @@ def _matmul_tflops(dev, sizes) -> tuple[dict, list[str]]:
                     if time.perf_counter() - t > sizes["slow_call_limit_s"]:
                         notes.append(f"{name}: skipped, one {n}^3 product took over "
                                      f"{sizes['slow_call_limit_s']} s")
+                        if progress:
+                            progress(f"ceilings: matmul {name}: {notes[-1].split(': ', 1)[1]}")
                         continue
             gen = torch.Generator(device=dev).manual_seed(0)
             a = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)  # random: zeros run faster
             b = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)
             c = torch.empty(n, n, dtype=dtype, device=dev)
-            median, method = _median_us(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), dev, sizes["matmul_cfg"])
+            t0 = time.monotonic()
+            median, ci, method = _median_us(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), dev,
+                                            sizes["matmul_cfg"])
             out[name] = 2.0 * n ** 3 / median / 1e6
+            if ci:
+                spread[name] = [2.0 * n ** 3 / ci[1] / 1e6, 2.0 * n ** 3 / ci[0] / 1e6]
+            if progress:
+                progress(f"ceilings: matmul {name} via torch.mm {n}^3: {_rate(out[name], spread.get(name), 'TFLOP/s')}"
+                         f" ({time.monotonic() - t0:.1f} s)")
             notes.append(f"{name}: {n}^3 torch.mm on random normal data ({method})")
             del a, b, c  # free before the next dtype's buffers
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     finally:
         torch.set_float32_matmul_precision(previous)
-    return out, notes
+    return out, spread, notes
 
 
-def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False) -> Ceilings:
-    """Bandwidth per traffic pattern and matmul TFLOP/s of ``device`` (default: the current GPU, else the CPU)."""
+def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
+                     progress: Progress | None = _stderr) -> Ceilings:
+    """Bandwidth per traffic pattern and matmul TFLOP/s of ``device`` (default: the current GPU, else the CPU).
+
+    A cached measurement is returned unless ``refresh``; a new one reports each probe through ``progress``
+    (a line each, to stderr by default: measuring takes minutes)."""
     dev = resolve_device(device)
     name = torch.cuda.get_device_properties(dev).name if dev.type == "cuda" else cpu_model()
     key = {"device": name, "driver": _driver(dev), "torch": torch.__version__}
     path = _cache_path(cache_dir, key)
     if not refresh and (hit := _load(path, key)) is not None:
         return hit
+    if progress:
+        progress(f"ceilings: measuring {name} ({'asked to refresh' if refresh else 'none cached'}); "
+                 f"cached in {path} for later runs (bench --refresh-ceilings measures again)")
+    t0 = time.monotonic()
+    start = load_snapshot(dev)
     sizes = _GPU if dev.type == "cuda" else _CPU
-    bandwidth, copy_note = _bandwidth_gbps(dev, sizes)
+    bandwidth, bandwidth_ci, copy_note = _bandwidth_gbps(dev, sizes, progress)
     copy_gbps = bandwidth["copy"]
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    tflops, notes = _matmul_tflops(dev, sizes)
+    tflops, tflops_ci, notes = _matmul_tflops(dev, sizes, progress)
     ceilings = Ceilings(
         device=name, driver=key["driver"], copy_gbps=copy_gbps, bandwidth_gbps=bandwidth, matmul_tflops=tflops,
         datasheet=DATASHEET.get(name, {}),
         method="; ".join([f"median of the timing engine's cold samples; {copy_note}", *notes,
                           "datasheet figures are vendor references, not measurements"]),
-        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        measured_at=start["date"],
         cached=False,
+        bandwidth_ci_gbps=bandwidth_ci, matmul_ci_tflops=tflops_ci,
+        conditions={"start": start, "end": load_snapshot(dev)},
     )
+    if progress:
+        progress(f"ceilings: done in {time.monotonic() - t0:.0f} s")
     if all(math.isfinite(v) for v in [*bandwidth.values(), *tflops.values()]):
         _save(path, key, ceilings)  # never cache a failed measurement
     return ceilings

@@ -1,0 +1,287 @@
+"""A new kernel engineer's first hour: the README's commands exit 0 on a CPU machine, leave the checkout clean,
+and say what they measured.
+
+- a baseline or peer that cannot run is a finding of the report, never the run's exit code; only a
+  wrong or crashing candidate (or bad input) fails ``bench``;
+- ``bench`` without ``--out`` writes where git ignores it;
+- "model error" only beyond the noise of both the case and the ceiling;
+- the noxfile and the README keep their promises (docstrings, posargs, the expression functions).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.bench.plan import default_out_dir
+from harness.bench.roofline import rejudge, roofline, verdict
+from harness.cli.bench import exit_code
+from harness.cli.main import main
+from harness.correctness.args import full_env
+from harness.spec.expr import FUNCTIONS
+from harness.spec.load import load as load_spec
+from harness.target.device import Device
+from harness.timing import ceilings as ceil_mod
+from harness.timing.ceilings import Ceilings, memory_ceiling
+from tests.e2e import REPO, synthetic_results, write_spec
+
+# SYNTHETIC ceilings (GB/s, TFLOP/s), each with its own 95% interval: nothing here was measured.
+BW = {"fill": 3000.0, "copy": 4000.0, "add": 4200.0, "read": 4800.0}
+BW_CI = {k: [0.98 * v, 1.02 * v] for k, v in BW.items()}
+
+
+def _ceilings(ci: bool = True) -> Ceilings:
+    return Ceilings("synthetic", "n/a", BW["copy"], BW, {"fp32": 50.0, "bf16": 700.0}, {}, "synthetic",
+                    "2026-11-29T07:00:00+00:00", True, bandwidth_ci_gbps=BW_CI if ci else {},
+                    matmul_ci_tflops={"fp32": [49.0, 51.0], "bf16": [690.0, 710.0]} if ci else {},
+                    conditions={"start": {"loadavg_1m": 0.1, "cpu_cores_usable": 2}})
+
+
+def crashing(**_):
+    raise RuntimeError("planted: this implementation always raises")
+
+
+# ----------------------------------------------------------------------------- exit code: candidates only
+
+def test_baseline_and_peer_failures_do_not_fail_the_run(capsys):
+    cases = synthetic_results().cases  # a torch.compile error (baseline) and a wrong liger (peer)
+    assert {c.role for c in cases if c.status in ("wrong", "error")} == {"baseline", "peer"}
+    assert exit_code(cases) == 0
+    out = capsys.readouterr().out
+    assert "note (baseline, does not fail the run): silu_and_mul torch.compile" in out
+    assert "RuntimeError" in out  # the failing baseline is shown with its error
+
+
+@pytest.mark.parametrize("status", ["wrong", "error"])
+def test_a_failing_candidate_fails_the_run(status, capsys):
+    cases = list(synthetic_results().cases)
+    i = next(i for i, c in enumerate(cases) if c.role == "candidate")
+    cases[i] = dataclasses.replace(cases[i], status=status, reason="planted")
+    assert exit_code(cases) == 1
+    assert f"FAILED: {cases[i].kernel} {cases[i].provider}" in capsys.readouterr().out
+
+
+def _bench_specs(tmp_path, reference: str = "tests.planted.broken_kernels:scale_ref"):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    extra = '\n[peers.broken]\nimpl = "tests.test_first_hour:crashing"\n\n[[cases.bench]]\nrows = 64\ncols = 512\n'
+    path = write_spec(specs, "scale", "tests.planted.broken_kernels:scale", extra=extra)
+    path.write_text(path.read_text().replace("tests.planted.broken_kernels:scale_ref", reference))
+    return specs
+
+
+def _bench(monkeypatch, specs, *args: str) -> int:
+    from harness.bench import run
+
+    monkeypatch.setattr(ceil_mod, "measure_ceilings", lambda *a, **k: _ceilings())  # no minutes of probes
+    # Progress binds sys.stderr when harness.bench.run is first imported: maybe another test's closed capture
+    monkeypatch.setattr(run.Progress.__init__, "__defaults__", (sys.stderr,))
+    return main(["bench", "--specs-dir", str(specs), "--dtype", "fp32", "--provider", "reference,broken",
+                 "--timeout", "0.5", "--min-time", "0.05", *args])
+
+
+def test_bench_exits_0_with_a_crashing_peer_and_reports_it(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert _bench(monkeypatch, _bench_specs(tmp_path), "--out", str(out)) == 0
+    assert "note (peer, does not fail the run): scale broken" in capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    assert "`broken` (peer)" in report and "planted: this implementation always raises" in report
+    results = json.loads((out / "results.json").read_text())
+    assert {(c["provider"], c["status"]) for c in results["cases"]} == {("reference", "ok"), ("broken", "error")}
+
+
+def test_bench_exits_1_when_the_candidate_crashes(tmp_path, monkeypatch, capsys):
+    # On a CPU the candidate is the reference (the Triton interpreter is not timed): make it crash.
+    specs = _bench_specs(tmp_path, reference="tests.test_first_hour:crashing")
+    assert _bench(monkeypatch, specs, "--out", str(tmp_path / "out")) == 1
+    assert "FAILED: scale reference" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- default output: ignored by git
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("device", [Device("cpu", "AMD EPYC", "cpu"),
+                                    Device("sm_90", "NVIDIA H200", "cuda:0", (9, 0), fake=True)])
+def test_default_out_dir_is_ignored_by_git(device):
+    out = default_out_dir(device)
+    assert not out.is_absolute() and out.parts[0] != "reports"  # reports/ holds committed runs only
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout")
+    for name in ("report.md", "results.json", "results.csv", "cases.jsonl", "dist_x.png", "gate/compare.md"):
+        assert _git("check-ignore", "-q", str(out / name)).returncode == 0, f"{out / name} is not ignored"
+
+
+def test_bench_without_out_writes_under_the_ignored_default(tmp_path, monkeypatch, capsys):
+    specs = _bench_specs(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the default is relative to where the command runs
+    assert _bench(monkeypatch, specs) == 0
+    written = tmp_path / default_out_dir(Device("cpu", "any", "cpu"))
+    assert (written / "report.md").is_file()
+    assert str(written.relative_to(tmp_path)) in capsys.readouterr().out
+
+
+def test_reports_h200_stays_tracked():
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout")
+    assert _git("check-ignore", "-q", "reports/h200/report.md").returncode == 1
+
+
+# ----------------------------------------------------------------------------- model error only beyond noise
+
+@pytest.fixture
+def scale(tmp_path):
+    spec = load_spec(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale"))
+    return spec, full_env(spec, spec.cases["ci"][0], "fp32")
+
+
+def _at(spec, env, pct: float) -> float:
+    """The median µs at which the case sits at ``pct``% of the copy roofline."""
+    nbytes = float(spec.roofline.bytes(env))
+    return nbytes / (memory_ceiling(BW, None) * 1e3) * 100.0 / pct
+
+
+def test_above_100_percent_within_noise_passes(scale):
+    spec, env = scale
+    median = _at(spec, env, 101.0)  # 1% above: inside the ceiling's own 2% interval
+    out = roofline(spec, env, median, _ceilings(), "fp32", (0.995 * median, 1.005 * median))
+    assert out["pct_roofline"] == pytest.approx(101.0) and out["verdict"] == "pass"
+    # the case's own interval counts too: 3% above the ceiling's fast end, but the slow end of the case's
+    # interval is 6% slower
+    median = _at(spec, env, 105.0)
+    assert roofline(spec, env, median, _ceilings(), "fp32", (median, 1.06 * median))["verdict"] == "pass"
+
+
+def test_beyond_both_intervals_is_a_model_error(scale):
+    spec, env = scale
+    median = _at(spec, env, 110.0)
+    out = roofline(spec, env, median, _ceilings(), "fp32", (0.99 * median, 1.01 * median))
+    assert out["verdict"] == "model-error"
+    # no intervals at all (an old results file): judged on the medians, as before
+    assert roofline(spec, env, _at(spec, env, 101.0), _ceilings(ci=False), "fp32")["verdict"] == "model-error"
+
+
+def test_verdict_rule():
+    assert verdict(101.0, 99.0, 0.8) == "pass"
+    assert verdict(120.0, 104.0, 0.8) == "model-error"
+    assert verdict(70.0, 69.0, 0.8) == "below-target" and verdict(85.0, 80.0, 0.8) == "pass"
+    assert verdict(101.0, None, 0.8) == "model-error"
+
+
+def test_rejudge_uses_the_case_interval(scale):
+    spec, env = scale
+    median = _at(spec, env, 103.0)
+    base = next(c for c in synthetic_results().cases if c.status == "ok")
+    stats = {**base.stats, "median": median, "median_ci_lo": 0.9 * median, "median_ci_hi": 1.1 * median}
+    case = dataclasses.replace(base, stats=stats, verdict="model-error", dtype="fp32")
+    assert rejudge(case, spec, env, _ceilings()).verdict == "pass"
+    tight = dataclasses.replace(case, stats={**stats, "median": _at(spec, env, 130.0),
+                                             "median_ci_lo": _at(spec, env, 131.0),
+                                             "median_ci_hi": _at(spec, env, 129.0)})
+    assert rejudge(tight, spec, env, _ceilings()).verdict == "model-error"
+
+
+# ----------------------------------------------------------------------------- the report says what it timed
+
+def test_cpu_report_names_what_was_timed_and_what_was_only_checked(tmp_path):
+    from harness.report import render
+    from harness.report.plots import Plots
+
+    results = synthetic_results()
+    results = dataclasses.replace(results, environment={**results.environment, "arch": "cpu"},
+                                  ceilings={**dataclasses.asdict(_ceilings()), "cached": True})
+    text = render.build_context(results, Plots(), "results.json")
+    lines = text["what_timed"]
+    assert lines[0].startswith("**What was timed:** `triton` (the candidate)")
+    assert any("**Checked, not timed:** `triton` ran only under the Triton interpreter" in ln for ln in lines)
+    assert "read from the cache" in text["ceilings_when"]["text"]
+    assert "host load average 0.10 (1 min) on 2 usable cores" in text["ceilings_when"]["text"]
+
+
+@pytest.mark.parametrize(("snapshot", "busy"), [
+    ({"loadavg_1m": 0.3, "cpu_cores_usable": 2}, False),
+    ({"loadavg_1m": 3.4, "cpu_cores_usable": 2}, True),  # more runnable tasks than cores
+    ({"gpu_util_pct": 0, "other_processes": [], "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980}, False),
+    ({"gpu_util_pct": 85, "other_processes": [4242], "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980}, True),
+])
+def test_report_warns_when_the_ceilings_were_measured_under_load(snapshot, busy):
+    from harness.report import render
+    from harness.report.plots import Plots
+
+    results = synthetic_results()
+    ceilings = {**dataclasses.asdict(_ceilings()), "cached": True, "conditions": {"start": snapshot}}
+    context = render.build_context(dataclasses.replace(results, ceilings=ceilings), Plots(), "results.json")
+    assert context["ceilings_when"]["busy"] is busy
+    assert "(1.0 h before this run)" in context["ceilings_when"]["text"]  # measured 07:00, the run at 08:00
+
+
+# ----------------------------------------------------------------------------- noxfile and README promises
+
+def _sessions() -> dict[str, ast.FunctionDef]:
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                "session" in ast.unparse(d) for d in node.decorator_list):
+            out[node.name] = node
+    return out
+
+
+def test_every_nox_session_has_a_docstring_and_forwards_posargs():
+    sessions = _sessions()
+    assert {"test", "lint", "validate", "bench", "compare", "report", "matrix"} <= set(sessions)
+    for name, fn in sessions.items():
+        assert ast.get_docstring(fn), f"nox session {name} has no docstring"
+        assert "session.posargs" in ast.unparse(fn), f"nox session {name} drops the arguments after --"
+
+
+def test_report_and_lint_sessions_never_install_torch():
+    sessions = _sessions()
+    for name in ("report", "lint"):
+        body = ast.unparse(sessions[name])
+        assert "_shared" not in body and "TORCH" not in body, f"nox session {name} sets up torch"
+    assert "--no-deps" in ast.unparse(sessions["report"])  # the harness without its torch dependency
+    text = (REPO / "pyproject.toml").read_text()
+    report_extra = re.search(r"^report = \[(.*)\]$", text, re.M).group(1)
+    assert "torch" not in report_extra and "triton" not in report_extra
+
+
+def test_readme_lists_every_expression_function():
+    readme = (REPO / "README.md").read_text()
+    sentence = readme[readme.index("Expressions are plain arithmetic"):].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(\w+)\(`", sentence)) | set(re.findall(r"`(\w+)`", sentence))
+    assert set(FUNCTIONS) <= listed, f"README misses {sorted(set(FUNCTIONS) - listed)}"
+
+
+# ----------------------------------------------------------------------------- distribution plots
+
+def test_a_slow_reference_does_not_squash_the_candidates_box():
+    pytest.importorskip("matplotlib")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from harness.report.plots import _dist_figure
+
+    rng = np.random.default_rng(0)
+    base = next(c for c in synthetic_results().cases if c.status == "ok")
+    cases = []
+    for provider, role, median in (("reference", "baseline", 2000.0), ("triton", "candidate", 10.0)):
+        samples = tuple(float(v) for v in median * (1 + 0.02 * rng.standard_normal(200)))
+        q25, q50, q75 = np.percentile(samples, [25, 50, 75])
+        cases.append(dataclasses.replace(base, provider=provider, role=role, samples_us=samples,
+                                         stats={**base.stats, "median": float(q50)}))
+    fig = _dist_figure(Figure, "k", cases, {"reference": "C0", "triton": "C1"})
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0].startswith("triton *")  # the candidate first
+    lo, hi = ax.get_ylim()
+    box = ax.patches[0].get_path().get_extents()  # the candidate's box, p25 to p75
+    assert box.height / (hi - lo) > 0.2, "the candidate's box is squashed"
