@@ -33,6 +33,9 @@ def _bench_options(p) -> None:
     p.add_argument("--against", metavar="REF",
                    help="merge gate: time the kernels of git REF (e.g. origin/main; HEAD for an A/A run) and of the "
                         "working tree interleaved on one GPU, then write compare.md and compare.json to --out")
+    p.add_argument("--noise", metavar="FILE",
+                   help="with --against: the noise.json an A/A run (--against HEAD) wrote; each case's minimum "
+                        "effect is raised to its measured spread")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run each job in a worker process (one per GPU), so a crash or hang fails that job only "
                         "(default: on with a GPU, off on the CPU)")
