@@ -285,3 +285,23 @@ def test_a_slow_reference_does_not_squash_the_candidates_box():
     lo, hi = ax.get_ylim()
     box = ax.patches[0].get_path().get_extents()  # the candidate's box, p25 to p75
     assert box.height / (hi - lo) > 0.2, "the candidate's box is squashed"
+
+
+@pytest.mark.parametrize("start, end, busy", [
+    # an idle H200 before the probes: low clock, no utilisation; after them: the probes' own 99% at full clock
+    ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "other_processes": []},
+     {"gpu_util_pct": 99, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "other_processes": []}, False),
+    ({"gpu_util_pct": 60, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "other_processes": []},
+     {"gpu_util_pct": 99, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
+    ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "other_processes": [4242]},
+     {"gpu_util_pct": 99, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
+    ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "other_processes": []},
+     {"gpu_util_pct": 99, "sm_clock_mhz": 1100, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
+])
+def test_ceiling_load_warning_tells_the_probes_own_load_from_anothers(start, end, busy):
+    from harness.report.render import _ceilings_when
+    from tests.e2e import synthetic_results
+
+    results = synthetic_results()
+    results = dataclasses.replace(results, ceilings={**results.ceilings, "conditions": {"start": start, "end": end}})
+    assert _ceilings_when(results)["busy"] is busy

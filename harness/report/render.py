@@ -218,12 +218,18 @@ def _load_text(snap: dict) -> str:
     return ", ".join(parts)
 
 
-def _busy(snap: dict) -> bool:
+def _busy(snap: dict, *, after_own_work: bool) -> bool:
+    """Someone else was using the machine. Before the probes an idle GPU sits at a low clock (not a sign of
+    load) and any utilisation is another's; after them the utilisation and the load are the probes' own,
+    and a clock below 75% of its maximum means the probes ran throttled."""
     util, others = snap.get("gpu_util_pct"), snap.get("other_processes")
     clock, top = snap.get("sm_clock_mhz"), snap.get("sm_clock_max_mhz")
     cores, load = snap.get("cpu_cores_usable"), snap.get("loadavg_1m")
-    return ((_is_num(util) and util >= 10) or (isinstance(others, list) and bool(others))
-            or (_is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top)
+    if isinstance(others, list) and others:
+        return True
+    if after_own_work:
+        return _is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top
+    return ((_is_num(util) and util >= 10)
             or ("gpu_util_pct" not in snap and _is_num(load) and _is_num(cores) and cores > 0 and load > cores))
 
 
@@ -251,7 +257,8 @@ def _ceilings_when(results: Results) -> dict:
     if _dict(c.get("bandwidth_ci_gbps")) or _dict(c.get("matmul_ci_tflops")):
         parts.append("Brackets: 95% interval of each ceiling's median; the verdicts allow for it.")
     parts.append("`bench --refresh-ceilings` measures them again; do it on an idle machine.")
-    busy = any(_busy(_dict(conditions.get(k))) for k in ("start", "end"))
+    busy = (_busy(_dict(conditions.get("start")), after_own_work=False)
+            or _busy(_dict(conditions.get("end")), after_own_work=True))
     return {"text": " ".join(parts), "busy": busy}
 
 
