@@ -65,6 +65,17 @@ def _groups(results) -> dict:
     return out
 
 
+def _join(bg: dict, pg: dict) -> list[tuple[tuple, str]]:
+    """The outer join of the two runs' (kernel, case, dtype) keys, in key order: each key with "both",
+    "left_only" (base) or "right_only" (PR)."""
+    import pandas as pd
+
+    cols = ["kernel", "case_id", "dtype"]
+    base, pr = pd.DataFrame(list(bg), columns=cols), pd.DataFrame(list(pg), columns=cols)
+    joined = base.merge(pr, how="outer", on=cols, indicator=True).sort_values(cols)
+    return [((k, c, d), str(side)) for k, c, d, side in joined.itertuples(index=False, name=None)]
+
+
 def compare_case(key, base, pr, rule: Threshold, noise: float | None, confidence: float) -> CaseComparison:
     """One case of two stored runs; ``base`` and ``pr`` are CaseResults (either may be None)."""
     kernel, case_id, dtype = key
@@ -111,11 +122,11 @@ def compare_results(base_results, pr_results, *, base_source: str, pr_source: st
     b_kernels, p_kernels = {k[0] for k in bg}, {k[0] for k in pg}
     common = b_kernels & p_kernels
     cases, unmatched = [], []
-    for key in sorted(set(bg) | set(pg)):
+    for key, side in _join(bg, pg):
         if key[0] not in common:
             continue
-        if key not in bg or key not in pg:
-            unmatched.append(f"{key[0]} {key[2]} {key[1]}: only in the {'PR' if key in pg else 'base'}")
+        if side != "both":
+            unmatched.append(f"{key[0]} {key[2]} {key[1]}: only in the {'PR' if side == 'right_only' else 'base'}")
             continue
         rule = (spec_rules or {}).get(key[0], threshold)
         cases.append(compare_case(key, _candidate(bg[key], provider), _candidate(pg[key], provider), rule,

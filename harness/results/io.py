@@ -22,8 +22,6 @@ Conventions the producers follow and the report relies on:
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import tempfile
@@ -106,16 +104,13 @@ def results_frame(results: Results):
     import pandas as pd
 
     columns, rows = _rows(results)
-    return pd.DataFrame(rows, columns=columns)
+    # Nullable dtypes: an integer column with a missing value stays integer (n=208, not 208.0).
+    return pd.DataFrame(rows, columns=columns, dtype=object).convert_dtypes()
 
 
 def _csv_text(results: Results) -> str:
-    columns, rows = _rows(results)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
-    return buf.getvalue()
+    # The same frame `results_frame` gives: one schema for the CSV and for analysis in pandas.
+    return results_frame(results).to_csv(index=False, lineterminator="\n", na_rep="")
 
 
 def write_results(results: Results, out_dir: str | os.PathLike) -> tuple[Path, Path]:
