@@ -69,7 +69,7 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
                target=spec.roofline.target)
     if ceilings is None:
         return out
-    peak = _finite(_field(ceilings, "matmul_tflops", {}).get(dtype))
+    peak = _positive(_field(ceilings, "matmul_tflops", {}).get(dtype))
     bandwidth, copy = _field(ceilings, "bandwidth_gbps", {}), _field(ceilings, "copy_gbps")
     at_median = _floor_s(spec, env, nbytes, flops, bandwidth, copy, peak)
     if at_median is None:
@@ -80,7 +80,7 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
     slow = max((v for v in (median_ci_us or ()) if v and math.isfinite(v)), default=None)
     band_hi = _upper(bandwidth, _field(ceilings, "bandwidth_ci_gbps", {}))
     copy_hi = band_hi.get("copy", copy) if copy is not None else None
-    peak_hi = _finite(_upper(_field(ceilings, "matmul_tflops", {}), _field(ceilings, "matmul_ci_tflops", {}))
+    peak_hi = _positive(_upper(_field(ceilings, "matmul_tflops", {}), _field(ceilings, "matmul_ci_tflops", {}))
                       .get(dtype))
     best = _floor_s(spec, env, nbytes, flops, band_hi, copy_hi, peak_hi)
     if best is not None:
@@ -90,7 +90,7 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
     return out
 
 
-def _finite(value):
+def _positive(value):
     return value if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 

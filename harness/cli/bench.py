@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
@@ -68,7 +67,7 @@ def cmd_bench(args) -> int:
     from harness.bench.speedups import attach_speedups
     from harness.correctness.args import full_env
     from harness.report.render import render_report
-    from harness.results.io import append_case, atomic_write_text, write_results
+    from harness.results.io import append_case, atomic_write_text, finite_json, write_results
     from harness.results.load import load_partial
     from harness.results.model import SCHEMA_VERSION, Results
     from harness.spec.imports import use_interpreter_if_no_gpu
@@ -100,7 +99,7 @@ def cmd_bench(args) -> int:
     header = {"environment": environment, "ceilings": dataclasses.asdict(ceilings),
               "arch_matrix": [dataclasses.asdict(r) for r in arch_rows],
               "waivers": [dataclasses.asdict(w) for w in waivers]}
-    atomic_write_text(out / "run.json", json.dumps(_finite(header), indent=1, default=str, allow_nan=False) + "\n")
+    atomic_write_text(out / "run.json", json.dumps(finite_json(header), indent=1, default=str, allow_nan=False) + "\n")
     progress = Progress(len(jobs))
     cases = [done.get((job.spec.name, job.provider.name, job.dtype, job.case.id)) for job in jobs]
     for job, result in zip(jobs, cases, strict=True):
@@ -174,17 +173,6 @@ def cmd_export(args) -> int:
     _folder_for_output(out.parent, out)
     print(f"wrote {write_pytest_benchmark(results, out)}")
     return EXIT_OK
-
-
-def _finite(value):
-    """NaN and infinities as None, so the header stays standard JSON that the report can read back."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _folder_for_output(folder: Path, out: Path) -> None:

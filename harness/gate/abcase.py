@@ -79,6 +79,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
     from harness.bench.plan import Job
     from harness.bench.run import Reference, check_provider
     from harness.correctness.args import make_args
+    from harness.results.io import finite_json
     from harness.target.device import detect
 
     pr_spec, base_spec, device = _load(pr_spec_path), _load(base_spec_path), detect()
@@ -131,11 +132,9 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
     pr_all = [v for b in run.pr_blocks for v in b]
     return {**out, "verdict": d.verdict, "reason": f"still inconclusive: {stop}" if d.verdict == "INCONCLUSIVE"
             else "", "base_median_us": d.base_median_us, "pr_median_us": d.pr_median_us, "ratio": d.ratio,
-            "ratio_lo": _finite(d.lo), "ratio_hi": _finite(d.hi), "effect": d.effect,
+            "ratio_lo": finite_json(d.lo), "ratio_hi": finite_json(d.hi), "effect": d.effect,
             "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
             "dropped": run.dropped, "wall_s": run.wall_s, "method": run.method,
             "base_blocks_us": [list(b) for b in run.base_blocks], "pr_blocks_us": [list(b) for b in run.pr_blocks]}
 
 
-def _finite(x: float):
-    return x if x == x and abs(x) != float("inf") else None

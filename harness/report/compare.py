@@ -19,7 +19,7 @@ import jinja2
 
 from harness import __version__
 from harness.report.render import DASH, NBSP, TEMPLATES, cell, code, num, pct
-from harness.results.io import atomic_write_text
+from harness.results.io import atomic_write_text, finite_json
 from harness.results.model import to_json
 
 COMMENT_LIMIT = 65_536   # GitHub's limit on one comment's body
@@ -28,16 +28,6 @@ VERDICT_TEXT = {"SLOWER": "**SLOWER**", "WRONG": "**WRONG**", "ERROR": "**ERROR*
                 "SAME": "same", "INCONCLUSIVE": "inconclusive", "NOT-COMPARED": "not compared"}
 FAILING = ("SLOWER", "WRONG", "ERROR")
 PROVENANCE = ("source", "commit", "dirty", "device", "driver", "torch", "triton", "cuda", "clocks", "date")
-
-
-def _finite(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def change(c) -> str:
@@ -191,7 +181,7 @@ def render_markdown(cmp, plot: str | None = None, limit: int = COMMENT_LIMIT) ->
 def comparison_json(cmp, exit_code: int) -> dict:
     n = Counter(c.verdict for c in cmp.cases)
     return {"format": "kernel-harness-compare/1", "summary": summary_line(cmp.cases), "counts": dict(n),
-            "exit_code": exit_code, "comparison": _finite(to_json(cmp))}
+            "exit_code": exit_code, "comparison": finite_json(to_json(cmp))}
 
 
 def write_comparison(cmp, out_dir, exit_code: int) -> dict[str, Path]:
