@@ -212,18 +212,10 @@ def sleeper(us: float):
 
 
 def spin_clock() -> float:
-    """Cycles per microsecond of torch.cuda._sleep at working clocks (best of 5, as the engine does)."""
-    import torch
+    """Cycles per microsecond of torch.cuda._sleep at working clocks, measured as the engine measures it."""
+    from harness.timing.engine import sleep_cycles_per_us
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(5):
-        start.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3)
-    return 1_000_000 / best
+    return sleep_cycles_per_us(repeats=5)
 
 
 def phase_planted(cases, rule_of, cfg, out: dict) -> None:

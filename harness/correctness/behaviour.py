@@ -45,13 +45,8 @@ def check_inputs(run):
     for t in run.ctx.spec.inputs:
         if t.inplace:
             continue
-        now, was = run.args.tensors[t.name], run.pristine.tensors[t.name]
-        same = bitwise_equal(now, was)
-        if not same.all():
-            idx = first_index(~same)
-            raise CheckFailure("inputs", f"{t.name} is not declared inplace but the kernel changed "
-                                         f"{int((~same).sum())} of its elements, first at index {idx}: now "
-                                         f"{fmt(now, idx)}, was {fmt(was, idx)}")
+        _bitwise_same("inputs", run.args.tensors[t.name], run.pristine.tensors[t.name],
+                      f"{t.name} is not declared inplace but the kernel changed", "of its elements", ("now", "was"))
     return None
 
 
@@ -59,11 +54,15 @@ def check_inputs(run):
 def check_determinism(run):
     second = run.second
     for t in run.ctx.spec.written:
-        first, again = run.got[t.name], second[t.name]
-        same = bitwise_equal(first, again)
-        if not same.all():
-            idx = first_index(~same)
-            raise CheckFailure("determinism", f"{t.name}: a second run on the same inputs differs in "
-                                              f"{int((~same).sum())} elements, first at index {idx}: first run "
-                                              f"{fmt(first, idx)}, second run {fmt(again, idx)}")
+        _bitwise_same("determinism", run.got[t.name], second[t.name],
+                      f"{t.name}: a second run on the same inputs differs in", "elements", ("first run", "second run"))
     return None
+
+
+def _bitwise_same(name: str, a, b, head: str, unit: str, labels: tuple[str, str]) -> None:
+    """Raise the check's failure, with the count and the first differing index, unless a and b match bitwise."""
+    same = bitwise_equal(a, b)
+    if not same.all():
+        idx = first_index(~same)
+        raise CheckFailure(name, f"{head} {int((~same).sum())} {unit}, first at index {idx}: {labels[0]} "
+                                 f"{fmt(a, idx)}, {labels[1]} {fmt(b, idx)}")

@@ -208,16 +208,7 @@ class _Cuda:
         self.late_us: list[float] = []  # discarded cold samples, kept raw for the record
 
     def calibrate_spin(self, host_launch_s: float) -> None:
-        """Cycles per microsecond of torch.cuda._sleep (after warm-up, so at working clocks)."""
-        start, end = _event_pair()
-        best = math.inf
-        for _ in range(3):
-            start.record()
-            torch.cuda._sleep(1_000_000)
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) * 1e3)
-        self.cycles_per_us = 1_000_000 / best
+        self.cycles_per_us = sleep_cycles_per_us()
         self.size_spin(host_launch_s)
 
     def size_spin(self, host_launch_s: float) -> None:
@@ -252,6 +243,20 @@ class _Cuda:
                 "l2_bytes": self.l2_bytes, "spin_us": self.spin_us, "spin_cycles_per_us": self.cycles_per_us,
                 "late_discarded": self.late_discarded, "late_discarded_us": self.late_us,
                 "late_kept": self.late_kept}
+
+
+def sleep_cycles_per_us(repeats: int = 3) -> float:
+    """Cycles per microsecond of torch.cuda._sleep on the current device: the fastest of ``repeats`` 1M-cycle
+    spins, so measure after warm-up, at working clocks."""
+    start, end = _event_pair()
+    best = math.inf
+    for _ in range(repeats):
+        start.record()
+        torch.cuda._sleep(1_000_000)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e3)
+    return 1_000_000 / best
 
 
 def _event_pair():
