@@ -82,7 +82,7 @@ class CaseRun:
             if not self.refusal_expected:
                 raise
             self.main_error = exc  # the declared behaviour for a layout the spec does not list
-        self.got = {t.name: self.args.tensors[t.name] for t in spec.written}
+        self.got = self._written(self.args)
 
     def _written(self, args: Arguments) -> dict[str, torch.Tensor]:
         return {t.name: args.tensors[t.name] for t in self.ctx.spec.written}
