@@ -6,6 +6,7 @@
 #   timing    bench/gpu_timing_check.py: the engine against Nsight Compute
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
+#   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -48,5 +49,8 @@ case "$what" in
     timeout 240 python3 -m harness bench --against HEAD --out "$OUT/gate-aa" 2>&1 | tee "$OUT/gate-aa.log" | tail -15
     echo "gate run (bench --against HEAD) exit ${PIPESTATUS[0]}, wall: $((SECONDS - start)) s" | tee -a "$OUT/gate-aa.log"
     tar -C "$OUT" -czf "$OUT/gate.tar.gz" gq gate-aa && rm -rf "$OUT/gq" "$OUT/gate-aa"
+    ;;
+  profile)
+    bash bench/profile_gpu.sh "$@"
     ;;
 esac

@@ -157,7 +157,9 @@ def cmd_report(args) -> int:
     results = load_any(args.results)
     out = Path(args.out) if args.out else Path(args.results).parent
     _folder_for_output(out, out)
-    print(f"wrote {render_report(results, out)}")
+    beside = Path(args.results).with_name("profile.json")  # the run's own profile, wherever the report goes
+    profile = beside if beside.is_file() else None
+    print(f"wrote {render_report(results, out, profile=profile)}")
     return EXIT_OK
 
 
