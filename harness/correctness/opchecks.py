@@ -1,0 +1,174 @@
+"""The two checks of a kernel as a PyTorch op: ``torch.library.opcheck`` and ``torch.compile(fullgraph=True)``.
+
+Each runs on one backend x dtype at the spec's smallest cases (:func:`op_cases`), on seeded inputs from
+:mod:`harness.correctness.args`, and raises :class:`CheckFailure` with one line per failing sub-test
+(``opcheck: test_schema: RuntimeError: Argument x is not defined as mutable but was mutated``) and the
+context: spec, backend, dtype, case, seed, arch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from harness.correctness.args import case_seed, make_args, shape_of
+from harness.correctness.checks import CaseContext
+from harness.correctness.numerics import bitwise_equal
+from harness.correctness.ops import bare_symbol, kernel_op
+from harness.correctness.registry import CheckFailure
+from harness.spec.model import Case, Spec
+
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+COMPILE_SIZES = 3      # sizes of the dynamic dimension the compiled function is called with
+COMPILE_LIMIT = 1      # frames compiled for all of them: one, dynamic from the first call (mark_dynamic)
+
+
+def op_cases(spec: Spec) -> tuple[Case, ...]:
+    """The smallest edge case and the smallest ci case that are contiguous, of plain values, and have every
+    symbolic dimension at least 2 (torch.compile specialises sizes 0 and 1: they would test no dynamic shape)."""
+    chosen = []
+    for tier in ("edge", "ci"):
+        fits = [(_numel(spec, c), c) for c in spec.cases.get(tier, ()) if _plain(spec, c)]
+        if fits:
+            chosen.append(min(fits, key=lambda nc: nc[0])[1])
+    return tuple(chosen)
+
+
+def _plain(spec: Spec, case: Case) -> bool:
+    env = spec.env(case)
+    sized = [d(env) for t in spec.tensors for d in t.shape if d.names]  # a constant 1 ([tokens, 1]) is no size
+    return case.layout == "contiguous" and not case.value_set and all(v >= 2 for v in sized)
+
+
+def _numel(spec: Spec, case: Case) -> int:
+    env = spec.env(case)
+    return sum(math.prod(shape_of(t, env)) for t in spec.tensors)
+
+
+def op_kwargs(spec: Spec, case: Case, dtype: str, device: str, seed: int) -> dict:
+    """The op's arguments for a case: fresh contiguous inputs (the op allocates its outputs) and the params."""
+    args = make_args(spec, case, dtype, device, seed)
+    kwargs = {t.name: args.tensors[t.name].clone(memory_format=torch.contiguous_format) for t in spec.inputs}
+    kwargs.update(args.params)
+    return kwargs
+
+
+def _context(spec: Spec, backend: str, dtype: str, case: Case, seed: int, arch: str, device: str) -> str:
+    return CaseContext(spec, backend, dtype, case, seed, arch, device).describe()
+
+
+def run_opcheck(spec: Spec, backend: str, dtype: str, arch: str, device: str, base_seed: int = 0) -> list[str]:
+    """torch.library.opcheck's sub-tests on each of :func:`op_cases`; the notes say what ran."""
+    op = kernel_op(spec, backend)
+    for case in op_cases(spec):
+        seed = case_seed(spec, dtype, case, base_seed)
+        results = torch.library.opcheck(op, (), op_kwargs(spec, case, dtype, device, seed),
+                                        test_utils=OPCHECK_TESTS, raise_exception=False)
+        failed = [f"{name}: {_one_line(err)}" for name, err in results.items() if err != "SUCCESS"]
+        if failed:
+            raise CheckFailure("opcheck", "\nopcheck: ".join(failed) + "\n"
+                               + _context(spec, backend, dtype, case, seed, arch, device))
+    return [f"opcheck {op}: {', '.join(OPCHECK_TESTS)} on {', '.join(c.id for c in op_cases(spec))}"]
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's first line, and dynamo's explanation of a specialised size where there is one."""
+    text = [line.strip() for line in str(err).strip().splitlines()]
+    why = next((line.lstrip("- ") for line in text[1:] if "specialized it" in line), "")
+    return f"{type(err).__name__}: {text[0] if text else ''}" + (f" {why}" if why else "")
+
+
+def dynamic_symbol(spec: Spec) -> str | None:
+    """The symbol compiled as a dynamic size: the first input dimension that is a bare symbol a case sets."""
+    given = {k for cases in spec.cases.values() for c in cases for k, _ in c.given}
+    for t in spec.inputs:
+        for d in t.shape:
+            if bare_symbol(d) in given:
+                return bare_symbol(d)
+    return None
+
+
+def compile_cases(spec: Spec) -> tuple[str | None, tuple[Case, ...]]:
+    """The smallest op case at :data:`COMPILE_SIZES` sizes of the dynamic symbol (those the constraints allow)."""
+    base = op_cases(spec)[0]
+    symbol = dynamic_symbol(spec)
+    if symbol is None:
+        return None, (base,)
+    value = base.values[symbol]
+    cases = []
+    for size in range(value, value + 4 * COMPILE_SIZES):
+        case = dataclasses.replace(base, given=tuple((k, size if k == symbol else v) for k, v in base.given))
+        env = spec.env(case)
+        if all(c(env) for c in spec.constraints):
+            cases.append(case)
+        if len(cases) == COMPILE_SIZES:
+            break
+    return symbol, tuple(cases)
+
+
+def run_compile(spec: Spec, backend: str, dtype: str, arch: str, device: str, base_seed: int = 0,
+                compiler: str | None = None) -> list[str]:
+    """``op`` then a torch op on its results, compiled with fullgraph=True: no graph break, the eager result,
+    and one compiled frame for every size of the dynamic dimension."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    op = kernel_op(spec, backend)
+    mutated = [t.name for t in spec.inputs if t.inplace]
+
+    def program(**kwargs):
+        results = op(**kwargs)
+        results = () if results is None else (results,) if isinstance(results, torch.Tensor) else tuple(results)
+        return tuple(r.to(torch.float64) * 2 for r in results + tuple(kwargs[n] for n in mutated))
+
+    symbol, cases = compile_cases(spec)
+    compiler = compiler or "inductor"  # the product path; on a CPU it compiles C++ around the opaque op
+    counter = CompileCounterWithBackend(compiler)
+    compiled = torch.compile(program, backend=counter, fullgraph=True)
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    torch._dynamo.reset()
+    try:
+        with config.patch(**{limit: COMPILE_LIMIT + 1}):
+            for case in cases:
+                seed = case_seed(spec, dtype, case, base_seed)
+                context = _context(spec, backend, dtype, case, seed, arch, device)
+                kwargs = op_kwargs(spec, case, dtype, device, seed)
+                expected = program(**{k: _copy(v) for k, v in kwargs.items()})
+                for t in spec.inputs:
+                    for i, d in enumerate(t.shape):
+                        if symbol is not None and bare_symbol(d) == symbol:
+                            torch._dynamo.mark_dynamic(kwargs[t.name], i)
+                try:
+                    got = compiled(**kwargs)
+                except Exception as exc:  # a graph break under fullgraph, a fake that fails, a recompile error
+                    raise CheckFailure("compile", f"{_one_line(exc)}\n{context}") from None
+                _compare(spec, dtype, expected, got, context)
+        if counter.frame_count > COMPILE_LIMIT:
+            raise CheckFailure("compile", f"compiled {counter.frame_count} frames for {len(cases)} sizes of "
+                                          f"{symbol} (at most {COMPILE_LIMIT}): the shapes do not stay dynamic\n"
+                                          f"{context}")
+    finally:
+        torch._dynamo.reset()
+    sizes = ", ".join(str(c.values[symbol]) for c in cases) if symbol else "one size"
+    return [f"compile ({compiler}, fullgraph) {op}: {counter.frame_count} frame for {symbol} = {sizes}"]
+
+
+def _copy(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _compare(spec: Spec, dtype: str, expected: tuple, got: tuple, context: str) -> None:
+    """Bitwise, unless the spec waives determinism: then within the dtype's tolerance."""
+    names = [t.name for t in spec.outputs] + [t.name for t in spec.inputs if t.inplace]
+    for name, want, have in zip(names, expected, got, strict=True):
+        if "determinism" in spec.waivers:
+            tol = spec.tolerance(dtype, name)
+            same = torch.allclose(have, want, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+        else:
+            same = bitwise_equal(have, want)
+        if not bool(same.all()) if isinstance(same, torch.Tensor) else not same:
+            diff = (have - want).abs().nan_to_num(nan=math.inf)
+            raise CheckFailure("compile", f"{name}: the compiled result differs from eager (largest difference "
+                                          f"{diff.max().item():g}, x2 in fp64)\n{context}")
