@@ -16,7 +16,7 @@ from harness.correctness.args import case_seed, clone_args, make_args, reference
 from harness.correctness.checks import CaseContext, run_checks
 from harness.correctness.guards import GUARD_BYTES, _guard_elements, allocate, violation
 from harness.correctness.numerics import NORM_RTOL, mismatch
-from harness.correctness.poison import PAD, POISON, bits, poison, poisoned_mask
+from harness.correctness.poison import PAD, PADS, POISON, bits, poison, poisoned_mask
 from harness.correctness.values import value_set
 from harness.spec.checks import BY_NAME, CHECKS, markdown_table
 from harness.spec.imports import resolve_import
@@ -151,9 +151,14 @@ def test_poisons_and_pad_are_distinct_and_survive(dtype):
         if dtype.is_floating_point:  # quiet NaNs: the mantissa's top bit set, so no conversion changes them
             assert torch.isnan(x).all()
             quiet_bit = {torch.float64: 51, torch.float32: 22, torch.float16: 9, torch.bfloat16: 6}[dtype]
-            assert all(p[dtype] >> quiet_bit & 1 for p in (*POISON, PAD))
+            assert all(p[dtype] >> quiet_bit & 1 for p in (*POISON, *PADS))
+            canonical = {torch.float64: (0x7FF8000000000000, 0x7FFFFFFFFFFFFFFF),
+                         torch.float32: (0x7FC00000, 0x7FFFFFFF), torch.float16: (0x7E00, 0x7FFF),
+                         torch.bfloat16: (0x7FC0, 0x7FFF)}[dtype]
+            assert not {p[dtype] for p in PADS} & set(canonical)  # arithmetic's own NaNs never look like a pad
     if dtype != torch.bool:
-        assert len({POISON[0][dtype], POISON[1][dtype], PAD[dtype]}) == 3
+        assert PAD == PADS[0]
+        assert len({POISON[0][dtype], POISON[1][dtype], *(p[dtype] for p in PADS)}) == 2 + len(PADS)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "padded", "strided", "transposed"])

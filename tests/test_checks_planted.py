@@ -105,6 +105,23 @@ def test_write_past_the_end_of_a_contiguous_output_fails_guards(tmp_path):
                 f"({600 * size} bytes) from its first element, is in the guard band after the tensor") in m, m
 
 
+def test_copying_past_the_input_end_to_past_the_output_end_fails_guards(tmp_path, monkeypatch):
+    # Read one past x's end, write it one past out's end: the bits of x's guard band land in out's. Each
+    # tensor has its own pad pattern, so out's band no longer holds its own.
+    spec = planted_spec(tmp_path, "planted_softmax", "softmax_copies_past_end")
+    failures = run_all(spec, tiers=("edge",))
+    assert {check for _, check in failures} == {"guards"}, failures
+    for messages in failures.values():
+        (m,) = [m for m in messages if m.startswith("rows=3,cols=200:")]
+        assert "guards: out: 1 element outside the tensor written; the first, at element offset 600 (" in m, m
+    # With one pattern shared by every tensor (how guards worked before), the same kernel went unseen.
+    import harness.correctness.args as args_module
+    from harness.correctness.poison import PAD
+
+    monkeypatch.setattr(args_module, "pad_pattern", lambda i: PAD)
+    assert not any(m.startswith("rows=3,cols=200:") for ms in run_all(spec, tiers=("edge",)).values() for m in ms)
+
+
 def test_int8_kernel_writing_the_first_poison_passes(tmp_path):
     spec = planted_spec(tmp_path, "planted_quant", "trunc_int8")
     case = spec.cases["ci"][0]

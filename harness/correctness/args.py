@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.correctness.guards import Guard, allocate
-from harness.correctness.poison import poison
+from harness.correctness.poison import pad_pattern, poison
 from harness.correctness.values import distribution, value_set
 from harness.spec.model import Case, Spec, Tensor
 
@@ -69,8 +69,8 @@ def strided_like(x: torch.Tensor, layout: str) -> torch.Tensor:
     return view
 
 
-def _copy_into(x: torch.Tensor, dtype: torch.dtype, layout: str) -> tuple[torch.Tensor, Guard]:
-    view, guard = allocate(x.shape, dtype, x.device, layout)
+def _copy_into(x: torch.Tensor, dtype: torch.dtype, layout: str, pattern=None) -> tuple[torch.Tensor, Guard]:
+    view, guard = allocate(x.shape, dtype, x.device, layout, pattern)
     if x.numel():
         view.copy_(x)
     return view, guard
@@ -85,16 +85,17 @@ def make_args(spec: Spec, case: Case, dtype: str, device, seed: int, layout: str
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     tensors, guards = {}, {}
-    for t in spec.tensors:
+    for i, t in enumerate(spec.tensors):
         shape, tdtype = shape_of(t, env), tensor_dtype(t, dtype)
         if t.output:
-            tensors[t.name], guards[t.name] = allocate(shape, tdtype, device)
+            tensors[t.name], guards[t.name] = allocate(shape, tdtype, device, pattern=pad_pattern(i))
             poison(tensors[t.name], poison_with)
             continue
         x = distribution(t, shape, tdtype, env, gen, device)
         if case.value_set and case.value_set in t.specials:
             x = value_set(case.value_set, t, x, env, seed)
-        tensors[t.name], guards[t.name] = _copy_into(x, tdtype, "contiguous" if t.contiguous else layout)
+        tensors[t.name], guards[t.name] = _copy_into(x, tdtype, "contiguous" if t.contiguous else layout,
+                                                     pad_pattern(i))
     params = {name: p(env) for name, p in spec.params.items()}
     return Arguments(tensors, params, env, guards)
 
@@ -103,7 +104,7 @@ def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) ->
     """Copies of the arguments, each between fresh guard bands: in the same layouts (``layout=None``), or all
     in ``layout``; ``dtype_map`` re-types each tensor."""
     tensors, guards = {}, {}
-    for name, x in args.tensors.items():
+    for i, (name, x) in enumerate(args.tensors.items()):
         target = dtype_map(x.dtype) if dtype_map else x.dtype
         want = layout if layout is not None else (args.guards[name].layout if name in args.guards else None)
         if want is None:  # a tensor the harness did not lay out: the same strides, no guards
@@ -112,7 +113,7 @@ def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) ->
                 y.copy_(x)
             tensors[name] = y
         else:
-            tensors[name], guards[name] = _copy_into(x, target, want)
+            tensors[name], guards[name] = _copy_into(x, target, want, pad_pattern(i))
     return Arguments(tensors, dict(args.params), args.env, guards)
 
 

@@ -36,6 +36,11 @@ class Guard:
     span: int                        # elements of the storage: the tensor's own plus its padding
     layout: str                      # the layout the tensor was given (what a copy must reproduce)
     pads: tuple[torch.Tensor, ...]   # views of the padding inside the storage
+    pattern: dict = None             # the pad pattern by dtype (poison.pad_pattern); None: poison.PAD
+
+    @property
+    def pad(self) -> int:
+        return (self.pattern or PAD)[self.base.dtype]
 
 
 def effective_layout(shape, layout: str) -> str:
@@ -52,9 +57,11 @@ def _guard_elements(dtype: torch.dtype, device) -> int:
     return GUARD_BYTES // torch.empty((), dtype=dtype).element_size()
 
 
-def allocate(shape, dtype: torch.dtype, device, layout: str = "contiguous") -> tuple[torch.Tensor, Guard]:
+def allocate(shape, dtype: torch.dtype, device, layout: str = "contiguous",
+             pattern: dict | None = None) -> tuple[torch.Tensor, Guard]:
     """A tensor of ``shape`` in ``layout`` between guard bands; all but its own (uninitialised) elements holds
-    the pad pattern."""
+    the pad pattern (``pattern``, default :data:`PAD`)."""
+    pattern = pattern or PAD
     shape = [int(n) for n in shape]
     layout = effective_layout(shape, layout)
     if layout == "padded":
@@ -70,8 +77,8 @@ def allocate(shape, dtype: torch.dtype, device, layout: str = "contiguous") -> t
         span *= n
     offset = _guard_elements(dtype, device)
     base = torch.empty(2 * offset + span, dtype=dtype, device=device)
-    fill(base[:offset], PAD)
-    fill(base[offset + span:], PAD)
+    fill(base[:offset], pattern)
+    fill(base[offset + span:], pattern)
     storage = base[offset:offset + span].view(storage_shape)
     pads: tuple[torch.Tensor, ...] = ()
     if layout == "padded":
@@ -83,8 +90,8 @@ def allocate(shape, dtype: torch.dtype, device, layout: str = "contiguous") -> t
     else:
         view = storage
     for p in pads:
-        fill(p, PAD)
-    return view, Guard(base, offset, span, layout, pads)
+        fill(p, pattern)
+    return view, Guard(base, offset, span, layout, pads, pattern)
 
 
 def _region(changed: torch.Tensor, region: torch.Tensor, start: int) -> tuple[int, int, int] | None:
@@ -102,7 +109,7 @@ _PADDING = {"padded": "in the padding at the end of a row", "strided": "in a gap
 def violation(name: str, guard: Guard) -> str | None:
     """None when everything around ``name``'s elements still holds the pad pattern, else where it does not."""
     base, o, dtype = guard.base, guard.offset, guard.base.dtype
-    pad = PAD[dtype]
+    pad = guard.pad
     found = []  # (count, offset from the tensor's first storage element, bits, where)
     front = _region(bits(base[:o]) != pad, base[:o], -o)
     if front:

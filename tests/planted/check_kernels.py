@@ -11,7 +11,7 @@ import triton.language as tl
 
 _BLOCK = 4096  # columns per block; a longer row takes the online two-pass path
 
-CORRECT, DROPS_LAST, DROPS_TAIL, WRITES_PAST_ROW, WRITES_PAST_END = range(5)
+CORRECT, DROPS_LAST, DROPS_TAIL, WRITES_PAST_ROW, WRITES_PAST_END, COPIES_PAST_END = range(6)
 
 
 @triton.jit
@@ -48,6 +48,9 @@ def _softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, sx_row, sx_col, so_row, so_c
     if BUG == 4:  # WRITES_PAST_END: the first program stores one element past the end of out
         if row == 0:
             tl.store(out_ptr + n_rows * so_row, (1.0 / s).to(out_ptr.dtype.element_ty))
+    if BUG == 5:  # COPIES_PAST_END: the last program copies the element after x's end to the one after out's
+        if row == n_rows - 1:  # (an elementwise kernel whose load and store masks both say `<=`)
+            tl.store(out_ptr + n_rows * so_row, tl.load(x_ptr + n_rows * sx_row))
 
 
 def _softmax(x, out, bug: int) -> None:
@@ -82,6 +85,10 @@ def softmax_writes_past_row(*, x, out):
 
 def softmax_writes_past_end(*, x, out):
     _softmax(x, out, WRITES_PAST_END)
+
+
+def softmax_copies_past_end(*, x, out):
+    _softmax(x, out, COPIES_PAST_END)
 
 
 @triton.jit
