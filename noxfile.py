@@ -1,11 +1,11 @@
 """nox sessions: thin wrappers over ``python -m harness ...`` and pytest, so a machine without nox
 (a GPU runner, say) runs the same commands directly. Arguments after ``--`` go to the command.
 
-Every session that needs torch (test, validate, bench, compare, matrix) runs in one shared virtualenv,
+Every session that needs torch (test, validate, bench, profile, compare, matrix) runs in one shared virtualenv,
 ``.nox/kh``, set up once: torch is installed there only when the machine has none (``KH_TORCH_SPEC``,
 default ``torch==2.13.0``), then the project in editable mode. It sees the system's site packages, so a GPU
-runner's CUDA build of torch is used, never replaced. ``report`` and ``lint`` need no torch and never
-install it: each has a small env of its own. ``rm -rf .nox`` starts over; ``nox --no-venv -s NAME`` runs a
+runner's CUDA build of torch is used, never replaced. ``report``, ``new`` and ``lint`` need no torch and
+never install it: each has a small env of its own. ``rm -rf .nox`` starts over; ``nox --no-venv -s NAME`` runs a
 session in the current environment and installs nothing.
 """
 
@@ -82,6 +82,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def profile(session: nox.Session) -> None:
+    """Nsight Compute on each kernel's candidate at its headline bench case (or --kernel NAME), with a
+    bottleneck diagnosis, into profile.json beside the bench results; needs ncu and an NVIDIA GPU."""
+    _in_shared(session, "-m", "harness", "profile", *session.posargs)
+
+
+@nox.session(venv_backend="none")
 def compare(session: nox.Session) -> None:
     """The merge gate on two stored runs: nox -s compare -- BASE/results.json PR/results.json --out DIR."""
     _in_shared(session, "-m", "harness", "compare", *session.posargs)
@@ -100,6 +107,25 @@ def report(session: nox.Session) -> None:
         _pip(session, *_extra("report"))
         _pip(session, "--no-deps", "-e", ".")  # the harness without torch and triton: rendering needs neither
     session.run("python", "-m", "harness", "report", *session.posargs)
+
+
+@nox.session(**LIGHT)
+def new(session: nox.Session) -> None:
+    """Write the skeletons of a new kernel, no torch needed: nox -s new -- NAME (specs/NAME.toml, kernels/NAME.py)."""
+    if not NO_VENV:
+        _pip(session, "--no-deps", "-e", ".")  # the templates need only the standard library
+    session.run("python", "-m", "harness", "new", *session.posargs)
+
+
+@nox.session(**LIGHT)
+def workflows(session: nox.Session) -> None:
+    """Check .github/workflows/ (or the files after --): GitHub's schema, then zizmor --offline at medium severity
+    and above. tests/test_workflows.py (nox -s test) checks the rules no linter knows: docs/ci.md."""
+    files = session.posargs or sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    if not NO_VENV:
+        _pip(session, *_extra("workflows"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files)
+    session.run("zizmor", "--offline", "--min-severity", "medium", *files)
 
 
 @nox.session(**LIGHT)

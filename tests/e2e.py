@@ -164,3 +164,16 @@ def synthetic_results(complete: bool = True) -> Results:
            "throttle": "samples under 75% of the default SM clock",
            "clocks": {"sm_mhz": 1980, "mem_mhz": 3201}}
     return Results(SCHEMA_VERSION, env, CEILINGS, tuple(cases), arch, waivers, complete)
+
+
+def fp32_items(spec) -> int:
+    """Items a triton + reference spec yields under ``--dtype fp32``: every edge and ci case per backend, and
+    per backend its two op items (opcheck, and the compile check, which runs at the first dtype)."""
+    backends = 2
+    return backends * (len(spec.cases["edge"]) + len(spec.cases["ci"])) + backends * 2
+
+
+def outcomes(result) -> dict[str, int]:
+    """pytester's outcome counts without the warnings count (torch's own deprecation warnings from the compile
+    check come and go with its version)."""
+    return {k: v for k, v in result.parseoutcomes().items() if k not in ("warning", "warnings")}

@@ -26,7 +26,9 @@ ALLOWED = {
     "bench": {"spec", "target", "correctness", "timing", "results", "workers"},
     "gate": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "report"},
     "plugin": {"spec", "target", "correctness", "timing", "results", "workers", "bench"},
-    "cli": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "gate", "report", "aot"},
+    "profile": {"spec", "target", "correctness", "timing", "results", "bench"},
+    "cli": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "gate", "report", "aot",
+            "profile"},
 }
 ROOT_MODULES = {"harness", "harness.importpath", "harness.__main__"}
 

@@ -18,7 +18,7 @@ import torch
 
 from harness.spec.load import load as load_spec
 from harness.workers.pool import Task, WorkerPool
-from tests.e2e import REPO, alive, write_spec
+from tests.e2e import REPO, alive, fp32_items, outcomes, write_spec
 from tests.planted.faulty_kernels import RAISE_MESSAGE
 
 TASKS = "tests.planted.pool_tasks:"
@@ -99,8 +99,8 @@ def test_pytest_isolate_reports_each_fault_and_the_good_kernel_passes(pytester, 
     result = pytester.runpytest_subprocess("--specs", "specs", "--isolate", "--dtype", "fp32", "-p",
                                            "no:cacheprovider", *picked, "specs/scale.toml", timeout=150)
     out = result.stdout.str()
-    n_good = 2 * (len(good.cases["edge"]) + len(good.cases["ci"]))  # the triton and reference backends
-    assert result.parseoutcomes() == {"failed": len(FAULTS), "passed": n_good}, out[-3000:]
+    n_good = fp32_items(good)
+    assert outcomes(result) == {"failed": len(FAULTS), "passed": n_good}, out[-3000:]
     for name, (_, says) in FAULTS.items():
         line = re.search(rf"^FAILED .*{name}\.toml::{name}\[.*$", out, re.M)
         assert line and says in line.group(0), (name, says, line and line.group(0))
@@ -145,6 +145,6 @@ def test_out_of_bounds_read_poisons_only_its_worker(pytester, monkeypatch):
                                            "no:cacheprovider", f"specs/faulty_oob.toml::faulty_oob[triton-fp32-"
                                            f"{CI_CASE}]", "specs/scale.toml", timeout=300)
     out = result.stdout.str()
-    n_good = 2 * (len(good.cases["edge"]) + len(good.cases["ci"]))
-    assert result.parseoutcomes() == {"failed": 1, "passed": n_good}, out[-3000:]
+    n_good = fp32_items(good)
+    assert outcomes(result) == {"failed": 1, "passed": n_good}, out[-3000:]
     assert re.search(r"illegal memory access|CUDA error|cudaErrorIllegalAddress", out), out[-3000:]

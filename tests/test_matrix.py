@@ -54,3 +54,15 @@ def test_matrix_passes_and_prints_the_table():
     assert proc.returncode == 0, out + proc.stderr
     assert "regs" in out and "spills st/ld" in out and "smem" in out
     assert "softmax:" in out and "0 problem(s)" in out
+
+
+def test_bad_arch_is_one_line(capsys):
+    assert main(["matrix", "--arch", "sm_90,mi300"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--arch" in err[0] and "'mi300'" in err[0], err
+
+
+def test_default_targets_are_nvidia_and_amd():
+    from harness.spec.archs import DEFAULT_ARCHS
+
+    assert DEFAULT_ARCHS == ("sm_80", "sm_90", "sm_100", "gfx942", "gfx950")

@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from harness.spec.archs import DEFAULT_ARCHS, normalize_arch, parse_arch
+from harness.spec.archs import DEFAULT_ARCHS, normalize_arch, parse_arch, vendor_of
 from harness.target.tools import find_nvcc, find_tool
 
 
@@ -192,8 +192,11 @@ def _listed(tool: str, flag: str, path: str) -> tuple[str, ...]:
 
 def build_cuda(source: str, archs=DEFAULT_ARCHS, *, nvcc: str | None = None,
                extra_flags: tuple[str, ...] = (), timeout_s: float = 300) -> CudaBuildResult:
-    """nvcc `source` to a fatbin with SASS for each arch and PTX for the newest; check and read it."""
-    archs = tuple(parse_arch(a).name for a in archs)
+    """nvcc `source` to a fatbin with SASS for each arch and PTX for the newest; check and read it. AMD targets
+    among `archs` are left out: CUDA C++ does not apply to them (the matrix says so)."""
+    archs = tuple(parse_arch(a).name for a in archs if vendor_of(a) == "nvidia")
+    if not archs:
+        return CudaBuildResult(status="skipped: no NVIDIA target", archs=archs)
     nvcc = nvcc if nvcc and os.access(nvcc, os.X_OK) else (None if nvcc else find_nvcc())
     if nvcc is None:
         return CudaBuildResult(status="skipped: nvcc not found", archs=archs)

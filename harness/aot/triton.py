@@ -1,28 +1,25 @@
-"""Static cross-architecture check of Triton kernels: record launches, compile ahead of time, read resources.
+"""Static cross-architecture check of Triton kernels: compile recorded launches ahead of time, read resources.
 
-`record_launches` runs a launcher with every Triton launch intercepted (nothing executes, tensors are on the
-meta device), `compile_launch` compiles a recorded launch with Triton's own compiler for sm_80/90/100 without
-a GPU, `check` turns the resources read from the cubin into problems, `render_table` shows them.
-Triton and torch are imported lazily; the CUDA binary readers and `Resources` live in harness.cudabuild.
-Triton: versions with ASTSource(fn, signature, constexprs, attrs), native_specialize_impl and knobs
-(tested on 3.6, 3.8 and 3.9, whose ASTSource forms are the same).
+`compile_launch` compiles a launch recorded by harness.aot.launches with Triton's own compiler for an NVIDIA
+target (sm_80/90/100: cubin, read with cuobjdump and ptxas -v) or an AMD one (gfx942/gfx950, wave64: amdgcn
+text, read by harness.aot.amd) without a GPU, `check` turns the resources into problems, `render_table`
+shows them. Triton and torch are imported lazily.
+Triton: versions with ASTSource(fn, signature, constexprs, attrs) and knobs (tested on 3.6, 3.8 and 3.9,
+whose ASTSource forms are the same).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import io
 import os
 import tempfile
 import time
-import types
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.aot import amd
+from harness.aot.launches import LaunchRecord, as_jit_function, intercept_launches, jit_language, record_launches
 from harness.aot.nvcc import (
     ARCH_LIMITS,
     Resources,
@@ -34,38 +31,11 @@ from harness.aot.nvcc import (
     resource_problems,
     user_static_shared,
 )
-from harness.spec.archs import DEFAULT_ARCHS, normalize_arch
+from harness.spec.archs import DEFAULT_ARCHS, normalize_arch, parse_arch
 from harness.target.tools import find_tool
 
 __all__ = ["ARCH_LIMITS", "LaunchRecord", "Resources", "CompileResult", "TableRow", "record_launches",
            "intercept_launches", "compile_launch", "compile_all", "check", "table_rows", "render_table"]
-
-# ---------------------------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class LaunchRecord:
-    kernel_name: str
-    module: str
-    jit_fn: Any = field(repr=False, compare=False)
-    signature: dict[str, str] = field(hash=False)   # param -> Triton type, "constexpr" where Triton says so
-    constexprs: dict[str, Any] = field(hash=False)  # declared constexprs + args Triton specialises (1, None)
-    num_warps: int
-    num_stages: int
-    grid: tuple[int, int, int] | None
-    divisible_by_16: tuple[str, ...] = ()   # args Triton gives tt.divisibility=16 (pointers and ints)
-    specialised: tuple[str, ...] = ()       # non-constexpr args Triton turned into constexprs (value 1, None)
-    options: dict[str, Any] = field(default_factory=dict, hash=False)  # other launch options (num_ctas, ...)
-    autotune_config: int | None = None      # index into the autotuner's configs
-    autotune_count: int | None = None
-    note: str = ""
-
-    def config_label(self) -> str:
-        """Compact: declared constexprs, then specialised args, warps, stages; "#i" for autotune config i."""
-        names = [k for k in self.constexprs if k not in self.specialised] + list(self.specialised)
-        label = ",".join(f"{k}={str(self.constexprs[k]).removeprefix('triton.language.')[:40]}" for k in names)
-        label += f" w{self.num_warps} s{self.num_stages}"
-        return label.strip() if self.autotune_config is None else f"#{self.autotune_config} {label.strip()}"
 
 
 @dataclass(frozen=True)
@@ -76,258 +46,11 @@ class CompileResult:
     ok: bool
     error: str = ""                 # one line
     detail: str = field(default="", repr=False)
-    resources: Resources | None = None
+    resources: Resources | amd.AmdResources | None = None
     dynamic_shared_bytes: int = 0   # what Triton's metadata says it requests at launch
     compile_s: float = 0.0
     record: LaunchRecord | None = field(default=None, repr=False, compare=False)
-
-
-# ---------------------------------------------------------------------------------------------- jit functions
-
-_JIT_MEMO: dict[Any, Any] = {}       # python function -> its JITFunction
-_GLOBALS_MEMO: dict[int, dict] = {}  # id(module globals) -> copy with interpreted functions made JITFunctions
-
-
-def _interpreted_cls():
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return InterpretedFunction
-
-
-def as_jit_function(obj: Any, rewrite_globals: bool = True):
-    """The compilable JITFunction behind a kernel object: unwraps autotuners/heuristics, and rebuilds one
-    from the Python function when TRITON_INTERPRET=1 made it an InterpretedFunction (callees included)."""
-    from triton.runtime.jit import JITFunction
-
-    interp = _interpreted_cls()
-    while not isinstance(obj, (JITFunction, interp)) and hasattr(obj, "fn") and not inspect.isfunction(obj):
-        obj = obj.fn
-    if isinstance(obj, JITFunction) and not _needs_rewrite(obj.fn.__globals__):
-        return obj
-    pyfn = obj.fn if isinstance(obj, (JITFunction, interp)) else obj
-    if pyfn in _JIT_MEMO:
-        return _JIT_MEMO[pyfn]
-    if isinstance(obj, JITFunction):
-        kwargs = {k: getattr(obj, k, None) for k in ("version", "do_not_specialize",
-                                                     "do_not_specialize_on_alignment", "debug", "noinline")}
-    else:
-        kwargs = dict(getattr(obj, "kwargs", {}))
-    accepted = inspect.signature(JITFunction.__init__).parameters
-    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    fn = _with_jit_globals(pyfn) if rewrite_globals else pyfn
-    return _JIT_MEMO.setdefault(pyfn, JITFunction(fn, **kwargs))  # a cycle may have made one meanwhile
-
-
-@contextlib.contextmanager
-def _jit_language():
-    """Under TRITON_INTERPRET=1 Triton's own @jit library (tl.sum, tl.softmax, tensor.sum, ...) is interpreted
-    too; the code generator would call those as Python (and leave the interpreter's patches on `tl`).
-    Swap in JITFunctions, in place, for the duration of a compile."""
-    import sys
-
-    from triton.language.core import tensor
-
-    interp = _interpreted_cls()
-    saved: list[tuple[Any, str, Any]] = []
-    try:  # nothing to swap in a process that is not interpreted
-        mods = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m]
-        for owner in [*mods, tensor]:
-            for attr, val in list(vars(owner).items()):
-                cells = [c.cell_contents for c in getattr(val, "__closure__", None) or ()
-                         if owner is tensor and isinstance(c.cell_contents, interp)]  # member wrappers
-                target = val if isinstance(val, interp) else (cells[0] if cells else None)
-                if target is not None:
-                    saved.append((owner, attr, val))
-                    setattr(owner, attr, as_jit_function(target, rewrite_globals=False))
-        yield
-    finally:
-        for owner, attr, val in reversed(saved):
-            setattr(owner, attr, val)
-
-
-def _needs_rewrite(globs: dict) -> bool:
-    """Interpreted functions among the globals, or in a (non-library) module the globals hold."""
-    interp = _interpreted_cls()
-    return any(isinstance(v, interp) or (isinstance(v, types.ModuleType) and _module_has(v, interp))
-               for v in list(globs.values()))
-
-
-def _module_has(mod: types.ModuleType, interp) -> bool:
-    return mod.__name__.split(".")[0] not in ("triton", "torch", "numpy") and any(
-        isinstance(v, interp) for v in list(vars(mod).values()))
-
-
-def _with_jit_globals(pyfn: Callable) -> Callable:
-    """Same function over a copy of its globals in which interpreted callees (also those reached as module
-    attributes) are JITFunctions, so Triton's code generator can compile it. One copy per module, registered
-    before it is filled, so functions of a module that refer to each other end up sharing it."""
-    interp = _interpreted_cls()
-    if not _needs_rewrite(pyfn.__globals__):
-        return pyfn
-    globs = _GLOBALS_MEMO.get(id(pyfn.__globals__))
-    if globs is None:
-        globs = _GLOBALS_MEMO[id(pyfn.__globals__)] = dict(pyfn.__globals__)
-        for name, val in list(globs.items()):
-            if isinstance(val, interp):
-                globs[name] = as_jit_function(val)
-            elif isinstance(val, types.ModuleType) and _module_has(val, interp):
-                proxy = types.ModuleType(val.__name__)
-                proxy.__dict__.update({k: as_jit_function(v) if isinstance(v, interp) else v
-                                       for k, v in vars(val).items()})
-                globs[name] = proxy
-    new = types.FunctionType(pyfn.__code__, globs, pyfn.__name__, pyfn.__defaults__, pyfn.__closure__)
-    for attr in ("__kwdefaults__", "__qualname__", "__module__", "__doc__", "__annotations__"):
-        setattr(new, attr, getattr(pyfn, attr))
-    return new
-
-
-# ---------------------------------------------------------------------------------------------- interception
-
-_ACTIVE: list[list[LaunchRecord]] = []
-_AUTOTUNE: list[tuple[int, int]] = []
-
-
-def _specialise(jit, bound: dict[str, Any]) -> tuple[dict, dict, tuple, tuple]:
-    """Triton's own specialisation of each argument (type, value-1/None -> constexpr, divisibility by 16)."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
-    def spec(v, kp):  # what the launcher Triton generates for this kernel computes, argument by argument
-        return native_specialize_impl(BaseBackend, v, kp.is_const, not kp.do_not_specialize,
-                                      not kp.do_not_specialize_on_alignment)
-    signature, constexprs, div16, specialised = {}, {}, [], []
-    for kp, (name, val) in zip(jit.params, bound.items(), strict=True):
-        if kp.is_constexpr:
-            signature[name], constexprs[name] = "constexpr", val
-            continue
-        ty, key = spec(val, kp)
-        ann = getattr(kp, "annotation_type", "")
-        if ann:  # an annotated type wins; Triton never specialises annotated floats and bools
-            ty, key = ann, (None if ann == "u1" or ann[:2] in ("fp", "bf") else key)
-        signature[name] = ty
-        if ty == "constexpr":
-            constexprs[name] = val
-            specialised.append(name)
-        elif isinstance(key, str) and "D" in key:
-            div16.append(name)
-    return signature, constexprs, tuple(div16), tuple(specialised)
-
-
-def _make_record(kernel, args, kwargs, grid) -> LaunchRecord:
-    from triton.backends.nvidia.compiler import CUDAOptions  # its defaults are what a launch without options gets
-
-    jit = as_jit_function(kernel)
-    pyfn = jit.fn
-    params = {k: v for k, v in kwargs.items() if k in jit.arg_names}
-    options = {k: v for k, v in kwargs.items() if k not in jit.arg_names and v is not None}
-    bound = inspect.signature(pyfn).bind(*args, **params)
-    bound.apply_defaults()
-    bound_args = dict(bound.arguments)
-    signature, constexprs, div16, specialised = _specialise(jit, bound_args)
-    num_warps = options.pop("num_warps", None) or CUDAOptions.num_warps
-    num_stages = options.pop("num_stages", None) or CUDAOptions.num_stages
-    note = ""
-    try:
-        g = grid(bound_args) if callable(grid) else grid
-        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-        g = (g + (1, 1, 1))[:3]
-    except Exception as e:  # a grid the launcher computes from something we cannot evaluate
-        g, note = None, f"grid not evaluated: {type(e).__name__}: {e}"
-    at = _AUTOTUNE[-1] if _AUTOTUNE else (None, None)
-    return LaunchRecord(kernel_name=pyfn.__name__, module=pyfn.__module__, jit_fn=kernel, signature=signature,
-                        constexprs=constexprs, num_warps=int(num_warps), num_stages=int(num_stages), grid=g,
-                        divisible_by_16=div16, specialised=specialised, options=options,
-                        autotune_config=at[0], autotune_count=at[1], note=note)
-
-
-def _recording_run(self, *args, grid=None, warmup=False, **kwargs):
-    _ACTIVE[-1].append(_make_record(self, args, kwargs, grid))
-
-
-def _autotune_run(self, *args, **kwargs):
-    configs = list(self.configs)
-    for i, cfg in enumerate(configs):  # every config, not the pruned or benchmarked winner
-        _AUTOTUNE.append((i, len(configs)))
-        try:
-            self.fn.run(*args, **{**kwargs, **cfg.all_kwargs()})
-        finally:
-            _AUTOTUNE.pop()
-
-
-@contextlib.contextmanager
-def intercept_launches():
-    """Within the block every `kernel[grid](...)` (plain, interpreted, autotuned, heuristics) is recorded
-    instead of run; yields the list the records go to. Class attributes are restored on exit."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
-    patches = [(JITFunction, _recording_run), (Autotuner, _autotune_run), (_interpreted_cls(), _recording_run)]
-    saved = [(cls, cls.__dict__["run"]) for cls, _ in patches]
-    records: list[LaunchRecord] = []
-    _ACTIVE.append(records)
-    try:
-        for cls, repl in patches:
-            cls.run = repl
-        yield records
-    finally:
-        _ACTIVE.pop()
-        if not _ACTIVE:  # the outermost block restores
-            for cls, orig in saved:
-                cls.run = orig
-
-
-def _storage_span(t) -> int:
-    if t.numel() == 0:
-        return t.storage_offset()
-    return t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True)) + 1
-
-
-def _map_tensors(obj: Any, f: Callable) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return f(obj)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(v, f) for v in obj)
-    return {k: _map_tensors(v, f) for k, v in obj.items()} if isinstance(obj, dict) else obj
-
-
-def _rehome(t, device: str):
-    """Same shape, strides, offset and dtype on `device`; CPU copies carry the data (a launcher may read it,
-    e.g. `.item()`), meta ones none."""
-    import torch
-
-    span = _storage_span(t)
-    base = torch.zeros(span, dtype=t.dtype, device=device)
-    if device != "meta" and t.device.type != "meta" and span:
-        base.copy_(t.detach().as_strided((span,), (1,), 0))
-    return base.as_strided(t.shape, t.stride(), t.storage_offset())
-
-
-def record_launches(fn: Callable, kwargs: dict[str, Any], *, cpu_fallback_bytes: int = 64 << 20
-                    ) -> list[LaunchRecord]:
-    """Call `fn(**kwargs)` with every Triton launch recorded, not run. Tensors are replaced by meta tensors of
-    the same layout (the caller's tensors are never touched). If the launcher does something meta tensors
-    cannot (`.item()`, data-dependent ops), it is rerun on CPU copies when those total at most
-    `cpu_fallback_bytes`; the records then say so in `note` and a warning is issued."""
-    try:
-        with intercept_launches() as records:
-            fn(**_map_tensors(kwargs, lambda t: _rehome(t, "meta")))
-        return list(records)
-    except Exception as meta_error:
-        sizes: list[int] = []
-        _map_tensors(kwargs, lambda t: sizes.append(_storage_span(t) * t.element_size()))
-        need = sum(sizes)
-        if need > cpu_fallback_bytes:
-            raise RuntimeError(f"launcher failed on meta tensors ({type(meta_error).__name__}: {meta_error}) "
-                               f"and its tensors ({need} bytes) exceed the CPU fallback limit "
-                               f"({cpu_fallback_bytes} bytes); use a smaller case") from meta_error
-        with intercept_launches() as records:
-            fn(**_map_tensors(kwargs, lambda t: _rehome(t, "cpu")))
-        first = (str(meta_error).strip().splitlines() or [""])[0]
-        note = f"recorded with CPU tensors: meta failed ({type(meta_error).__name__}: {first})"
-        warnings.warn(f"{getattr(fn, '__name__', fn)}: {note}", stacklevel=2)
-        return [dataclasses.replace(r, note="; ".join(filter(None, (r.note, note)))) for r in records]
+    num_warps: int = 0              # as compiled: an AMD compile takes HIP's defaults where the launch gave none
 
 
 # ---------------------------------------------------------------------------------------------- compile
@@ -351,8 +74,8 @@ def _ast_source(jit, record: LaunchRecord):
 
 @contextlib.contextmanager
 def _compile_knobs():
-    """Compile as for a GPU even under TRITON_INTERPRET=1, always run ptxas (a cache hit would skip the
-    spill report) and have Triton print its own ptxas -v log, which the caller captures."""
+    """Compile as for a GPU even under TRITON_INTERPRET=1, always run the backend's assembler (a cache hit
+    would skip ptxas's spill report) and have Triton print its own ptxas -v log, which the caller captures."""
     from triton import knobs
 
     with knobs.runtime.scope(), knobs.compilation.scope(), knobs.nvidia.scope():
@@ -383,29 +106,67 @@ def _cubin_resources(kernel, name: str, log: str) -> tuple[Resources | None, str
     return res, "" if spills else "spill bytes unknown: Triton printed no ptxas -v log"
 
 
+def _target_and_options(record: LaunchRecord, arch: str) -> tuple[object, dict]:
+    """Triton's GPUTarget for `arch` and the launch's options for that backend: a launch that left warps or
+    stages to the backend gets the HIP backend's defaults on AMD, as it would on a ROCm machine."""
+    from triton.backends.compiler import GPUTarget
+
+    a = parse_arch(arch)
+    options = {**record.options, "num_warps": record.num_warps, "num_stages": record.num_stages}
+    if a.vendor != "amd":
+        return GPUTarget("cuda", a.number, 32), options
+    from triton.backends.amd.compiler import HIPOptions
+
+    for k in record.defaulted:
+        options[k] = getattr(HIPOptions, k)
+    return GPUTarget("hip", a.gfx, amd.WAVEFRONT), options
+
+
 def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
-    """Compile one recorded launch for `arch` with Triton's compiler (no GPU needed). Compile errors come
-    back in the result, as one line (`error`) and the full text (`detail`)."""
-    arch_name, cap = normalize_arch(arch)
-    base = dict(kernel_name=record.kernel_name, arch=arch_name, config=record.config_label(), record=record)
+    """Compile one recorded launch for `arch` (sm_NN or gfxNNN) with Triton's compiler (no GPU needed).
+    Compile errors come back in the result, as one line (`error`) and the full text (`detail`)."""
+    arch_name = normalize_arch(arch)[0]
     log = io.StringIO()
     t0 = time.perf_counter()
+    options = {"num_warps": record.num_warps, "num_stages": record.num_stages}
     try:
         import triton
-        from triton.backends.compiler import GPUTarget
 
+        target, options = _target_and_options(record, arch_name)
         src = _ast_source(as_jit_function(record.jit_fn), record)
-        options = {**record.options, "num_warps": record.num_warps, "num_stages": record.num_stages}
-        with _compile_knobs(), _jit_language(), contextlib.redirect_stdout(log):
-            kernel = triton.compiler.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
+        with _compile_knobs(), jit_language(), contextlib.redirect_stdout(log):
+            kernel = triton.compiler.compile(src, target=target, options=options)
     except Exception as e:
-        return CompileResult(**base, ok=False, error=f"{type(e).__name__}: {error_line(str(e))}", detail=str(e)[:4000],
+        error, detail = _compile_error(e)
+        return CompileResult(**_base(record, arch_name, options), ok=False, error=error, detail=detail,
                              compile_s=time.perf_counter() - t0)
     compile_s = time.perf_counter() - t0
     name = getattr(kernel.metadata, "name", record.kernel_name)
-    res, err = _cubin_resources(kernel, name, log.getvalue())
-    return CompileResult(**base, ok=True, error=err, resources=res, compile_s=compile_s,
-                         dynamic_shared_bytes=int(getattr(kernel.metadata, "shared", 0) or 0))
+    dynamic = int(getattr(kernel.metadata, "shared", 0) or 0)
+    if "amdgcn" in kernel.asm:
+        res, err = amd.parse_resources(kernel.asm["amdgcn"], name, dynamic, options["num_warps"], arch_name)
+    else:
+        res, err = _cubin_resources(kernel, name, log.getvalue())
+    return CompileResult(**_base(record, arch_name, options), ok=True, error=err, resources=res,
+                         compile_s=compile_s, dynamic_shared_bytes=dynamic)
+
+
+def _compile_error(e: BaseException) -> tuple[str, str]:
+    """(one line, full text) of a compile failure. An error inside a jit helper reaches here as the caller's
+    CompilationError, whose text is only the call site; the backend's own message (e.g. HIP's "tf32 is not
+    supported on gfx950") is the innermost exception of the chain, so that one names the failure."""
+    chain = [e]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and nxt not in chain and len(chain) < 8:
+        chain.append(nxt)
+    inner = chain[-1]
+    line = error_line(str(inner)) or error_line(str(e))
+    kind = type(e).__name__ if inner is e else f"{type(e).__name__}: {type(inner).__name__}"
+    return f"{kind}: {line}", "\n\n".join(str(x) for x in chain)[:4000]
+
+
+def _base(record: LaunchRecord, arch: str, options: dict) -> dict:
+    return dict(kernel_name=record.kernel_name, arch=arch, record=record, num_warps=options["num_warps"],
+                config=record.config_label(options["num_warps"], options["num_stages"]))
 
 
 def compile_all(records: list[LaunchRecord], archs=DEFAULT_ARCHS) -> list[CompileResult]:
@@ -430,7 +191,9 @@ def _problems(result: CompileResult, arch: str, allow_spills: bool) -> list[str]
     r = result.resources
     if r is None:
         return [f"resources not read: {result.error}"]
-    threads = result.record.num_warps * 32 if result.record else 0
+    if isinstance(r, amd.AmdResources):
+        return amd.resource_problems(r, arch, allow_spills)
+    threads = result.num_warps * 32
     return ([result.error] if result.error else []) + resource_problems(r, arch, allow_spills, threads)
 
 
@@ -446,6 +209,9 @@ def check(result: CompileResult, arch: str | int | None = None, allow_spills: bo
 
 @dataclass(frozen=True)
 class TableRow:
+    """One compiled launch on one target. NVIDIA and AMD share registers (VGPRs on AMD), stack_bytes (scratch
+    per lane on AMD) and shared_bytes (LDS on AMD); spills are bytes on NVIDIA, register counts on AMD."""
+
     kernel: str
     arch: str
     config: str
@@ -456,27 +222,45 @@ class TableRow:
     shared_bytes: int | None
     compile_s: float
     status: str
+    sgprs: int | None = None
+    agprs: int | None = None
+    vgpr_spills: int | None = None
+    sgpr_spills: int | None = None
+    occupancy: int | None = None
 
 
 def table_rows(results: list[CompileResult], allow_spills: bool = False) -> list[TableRow]:
     rows = []
     for res in results:
         r = res.resources
-        problems = _problems(res, normalize_arch(res.arch)[0], allow_spills)
+        status = "; ".join(_problems(res, normalize_arch(res.arch)[0], allow_spills)) or "ok"
+        if isinstance(r, amd.AmdResources):
+            rows.append(TableRow(res.kernel_name, res.arch, res.config, r.vgprs, None, None, r.scratch_bytes,
+                                 r.lds_bytes, round(res.compile_s, 3), status, r.sgprs, r.agprs, r.vgpr_spills,
+                                 r.sgpr_spills, r.occupancy))
+            continue
         rows.append(TableRow(res.kernel_name, res.arch, res.config, r and r.registers,
                              r and r.spill_store_bytes, r and r.spill_load_bytes, r and r.stack_bytes,
-                             r and r.shared_bytes, round(res.compile_s, 3), "; ".join(problems) or "ok"))
+                             r and r.shared_bytes, round(res.compile_s, 3), status))
     return rows
 
 
-def render_table(rows: list[TableRow]) -> str:
-    """Plain text for the terminal: kernel | arch | config | regs | spills st/ld | stack | smem | status."""
+def _cells(r: TableRow) -> tuple[str, ...]:
     cell = lambda v: "-" if v is None else str(v)
-    head = ("kernel", "arch", "config", "regs", "spills st/ld", "stack", "smem", "status")
-    body = [(r.kernel, r.arch, r.config, cell(r.registers),
-             "-" if r.spill_store_bytes is None else f"{r.spill_store_bytes}/{r.spill_load_bytes}",
-             cell(r.stack_bytes), cell(r.shared_bytes), r.status) for r in rows]
+    if r.sgprs is not None:  # AMD: VGPRs (+AGPRs) / SGPRs, spilled register counts, scratch, LDS
+        regs = f"{r.registers}v{f'+{r.agprs}a' if r.agprs else ''}/{r.sgprs}s"
+        return regs, f"{r.vgpr_spills}v/{r.sgpr_spills}s", cell(r.stack_bytes), cell(r.shared_bytes), cell(r.occupancy)
+    spills = "-" if r.spill_store_bytes is None else f"{r.spill_store_bytes}/{r.spill_load_bytes}"
+    return cell(r.registers), spills, cell(r.stack_bytes), cell(r.shared_bytes), "-"
+
+
+def render_table(rows: list[TableRow]) -> str:
+    """Plain text for the terminal: kernel | arch | config | regs | spills st/ld | stack | smem | occ | status.
+    On AMD rows regs are VGPRs/SGPRs, spills register counts, stack the scratch and smem the LDS (bytes); occ
+    is waves per SIMD."""
+    head = ("kernel", "arch", "config", "regs", "spills st/ld", "stack", "smem", "occ", "status")
+    body = [(r.kernel, r.arch, r.config, *_cells(r), r.status) for r in rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
-    fmt = "  ".join(f"{{:{'>' if 3 <= i <= 6 else '<'}{w}}}" for i, w in enumerate(widths)) + "  {}"
+    fmt = "  ".join(f"{{:{'>' if 3 <= i <= 7 else '<'}{w}}}" for i, w in enumerate(widths)) + "  {}"
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths), "-" * 6)]
     return "\n".join([*lines, *(fmt.format(*b) for b in body)])

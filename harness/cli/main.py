@@ -16,7 +16,8 @@ def _load_plugins() -> None:
     import importlib
 
     for mod in ("harness.cli.specs", "harness.cli.bench", "harness.cli.matrix", "harness.cli.sanitize",
-                "harness.cli.compare"):
+                "harness.cli.compare", "harness.cli.new", "harness.cli.profile", "harness.cli.affected",
+                "harness.cli.ci", "harness.cli.ci_comment"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

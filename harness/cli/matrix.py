@@ -1,5 +1,7 @@
 """``matrix``: compile every Triton kernel (each launch config the spec's cases use) and every CUDA C++
-backend ahead of time for each target architecture, and read the resources from the binaries. No GPU.
+backend ahead of time for each target architecture (NVIDIA sm_80/90/100, AMD gfx942/gfx950), and read the
+resources from the binaries. No GPU. CUDA C++ backends are not applicable on AMD targets; a spec may waive a
+target with a reason (`[waive] "matrix.gfx950" = "..."`). `--out` writes the entries for the report.
 """
 
 from __future__ import annotations
@@ -7,15 +9,18 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, command, load_specs, options, spec_paths
-from harness.spec.archs import DEFAULT_ARCHS
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
+from harness.spec.archs import DEFAULT_ARCHS, ArchError, is_amd, parse_targets
 from harness.spec.model import TIERS
 
 
 def _options(p) -> None:
     p.add_argument("--kernel", action="append", default=[])
-    p.add_argument("--arch", action="append", default=[], help="targets (default: sm_80, sm_90, sm_100)")
+    p.add_argument("--arch", action="append", default=[],
+                   help=f"targets, comma-separated (default: {','.join(DEFAULT_ARCHS)})")
     p.add_argument("--specs-dir", default="specs")
+    p.add_argument("--out", help="write the per kernel x target entries here (JSON; the report reads "
+                                 "matrix.json next to results.json)")
 
 
 def meta_args(spec, case, dtype) -> dict:
@@ -67,29 +72,36 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
     return records, errors
 
 
-@command("matrix", "compile every kernel for each target architecture; print registers, spills, shared memory")
+@command("matrix", "compile every kernel for each target architecture (NVIDIA and AMD); print registers, spills, "
+                   "shared memory / LDS, occupancy")
 @options(_options)
 def cmd_matrix(args) -> int:
     from harness.aot.nvcc import build_cuda, torch_extension_flags
+    from harness.aot.summary import cuda_entries, not_applicable, triton_entries
     from harness.aot.triton import compile_all, render_table, table_rows
     from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 
     use_interpreter_if_no_gpu()
-    archs = tuple(a for item in args.arch for a in item.split(",")) or DEFAULT_ARCHS
-    problems, rows = [], []
+    try:
+        archs = parse_targets(args.arch) or DEFAULT_ARCHS
+    except ArchError as exc:
+        raise BadInput(f"--arch: {exc}") from None
+    nvidia, amd = tuple(a for a in archs if not is_amd(a)), tuple(a for a in archs if is_amd(a))
+    problems, rows, entries = [], [], []
     for spec in load_specs(spec_paths([], args.specs_dir, args.kernel)):
         for backend in spec.backends.values():
             if backend.source:
-                result = build_cuda(resolve_import(backend.source), archs, extra_flags=torch_extension_flags())
+                entries += [not_applicable(spec.name, backend.name, a) for a in amd]
+                if not nvidia:
+                    continue
+                result = build_cuda(resolve_import(backend.source), nvidia, extra_flags=torch_extension_flags())
                 print(f"{spec.name} {backend.name}: nvcc {result.status}; SASS {', '.join(result.sass_archs) or '-'}; "
                       f"PTX {', '.join(result.ptx_archs) or '-'}")
                 for k in result.kernels:
                     r = k.resources
                     print(f"  {k.arch} {k.kernel[:60]}: {r.registers} regs, spills {r.spill_store_bytes}/"
                           f"{r.spill_load_bytes} B, stack {r.stack_bytes} B, smem {r.shared_bytes} B")
-                if result.status == "error":
-                    problems.append(f"{spec.name} {backend.name}: {result.error}")
-                problems += [f"{spec.name} {backend.name}: {p}" for p in result.problems]
+                entries += cuda_entries(spec.name, backend.name, nvidia, result, spec.waivers)
                 continue
             if "triton" not in backend.requires and backend.name != "triton":
                 continue
@@ -97,12 +109,39 @@ def cmd_matrix(args) -> int:
             problems += errors
             print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(archs)} archs",
                   file=sys.stderr, flush=True)
-            table = table_rows(compile_all(records, archs))
-            rows += [dataclasses.replace(r, kernel=f"{spec.name}:{r.kernel}") for r in table]
-            problems += [f"{r.kernel} [{r.config}] {r.arch}: {r.status}" for r in table if r.status != "ok"]
+            table = [dataclasses.replace(r, kernel=f"{spec.name}:{r.kernel}")
+                     for r in table_rows(compile_all(records, archs))]
+            rows += table
+            entries += triton_entries(spec.name, backend.name, archs, table, spec.waivers)
     if rows:
         print(render_table(rows))
+    problems += [f"{e.backend} {p}" for e in entries if e.status == "failed" for p in e.problems]
+    for e in entries:
+        if e.status == "not applicable":
+            print(f"NOT APPLICABLE: {e.kernel} {e.backend} on {e.arch}: {e.reason}")
+        elif e.status == "waived":
+            print(f"WAIVED: {e.kernel} {e.backend} on {e.arch}: {e.reason} ({'; '.join(e.problems)})")
     for p in problems:
         print(f"PROBLEM: {p}")
-    print(f"matrix: {len(rows)} compiled kernel configs x archs, {len(problems)} problem(s)")
+    if args.out:
+        _write(args.out, archs, entries)
+    count = lambda s: sum(e.status == s for e in entries)
+    print(f"matrix: {len(rows)} compiled kernel configs x archs ({', '.join(archs)}), {len(problems)} problem(s), "
+          f"{count('waived')} waived, {count('not applicable')} not applicable")
     return EXIT_FAILED if problems else EXIT_OK
+
+
+def _write(out: str, archs, entries) -> None:
+    import json
+    from pathlib import Path
+
+    from harness.aot.summary import MATRIX_SCHEMA
+    from harness.results.io import atomic_write_text
+
+    path = Path(out)
+    if path.is_dir():
+        raise BadInput(f"--out {out}: is a folder; give the file to write (e.g. {path / 'matrix.json'})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema": MATRIX_SCHEMA, "archs": list(archs), "entries": [dataclasses.asdict(e) for e in entries]}
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")

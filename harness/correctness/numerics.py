@@ -7,7 +7,8 @@ does not wrap to "equal", and an error is never rounded away. Two bounds, both m
   of the elements miss it, each by at most ``mismatch_atol``; an element further out fails regardless.
 - normwise, for floating-point tensors, per row (the last dimension):
   ``||got - ref||_2 <= norm_rtol * ||ref||_2 + sqrt(n) * s`` with ``s`` the smallest subnormal of the
-  result's dtype (the resolution floor of a row that underflows; fp16 softmax rows of 2**17 columns do).
+  result's dtype (the resolution floor of a row that underflows; fp16 softmax rows of 2**17 columns do), at
+  least fp32's smallest normal below fp64 (:func:`norm_floor`: GPUs flush fp32 subnormals).
   It scales with the row, so it fails at any magnitude, where an atol of 1e-5 hides a 30% error on
   outputs of 3e-5. Rows whose reference is all zeros are left to the elementwise bound, and non-finite
   elements to the elementwise and nan_inf checks.
@@ -17,6 +18,9 @@ precision: 2 eps for fp16 and bf16, whose error is the output's rounding (at mos
 truncating conversion, as the Triton interpreter's bf16 one, a whole one) plus at most one intermediate
 rounding; 16 eps for fp32 and fp64, whose error is the computation's own (reductions over 2**18 terms,
 hardware exp and division approximations of about 2 ulp).
+
+A tolerance may give its bounds as expressions over the case's symbols (``atol = "1e-6 * K"``: a GEMM's
+fp32 accumulation error grows with the reduction length); they are evaluated for the case being checked.
 """
 
 from __future__ import annotations
@@ -31,11 +35,22 @@ from harness.spec.model import Tolerance
 
 NORM_RTOL = {torch.float64: 16 * torch.finfo(torch.float64).eps, torch.float32: 16 * torch.finfo(torch.float32).eps,
              torch.float16: 2 * torch.finfo(torch.float16).eps, torch.bfloat16: 2 * torch.finfo(torch.bfloat16).eps}
+_FTZ = torch.finfo(torch.float32).smallest_normal
 _CHUNK = 1 << 24  # elements compared at a time: a >2**31-element case must not need full-size fp64 temporaries
 
 
 def norm_rtol(tol: Tolerance, dtype: torch.dtype) -> float:
     return tol.norm_rtol if tol.norm_rtol is not None else NORM_RTOL.get(dtype, 16 * torch.finfo(dtype).eps)
+
+
+def norm_floor(n: int, dtype: torch.dtype) -> float:
+    """The normwise bound's absolute floor for a row of ``n``: ``sqrt(n) * s``, ``s`` the result dtype's smallest
+    subnormal, or fp32's smallest normal when that is larger (not for fp64): a GPU's fp32 exp, divide and rsqrt
+    flush subnormal results to zero (ex2.approx.ftz), so an fp32 or bf16 value below fp32's normal range is noise
+    (the far tail of a gelu or silu, in a GEMM row of one column)."""
+    fi = torch.finfo(dtype)
+    s = fi.smallest_normal * fi.eps
+    return math.sqrt(n) * (s if dtype == torch.float64 else max(s, _FTZ))
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +104,7 @@ def _within(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> bool:
     g2, e2, n, blocks = _rows(got, expected)
     floating = got.dtype.is_floating_point
     bound = norm_rtol(tol, got.dtype) if floating else 0.0
-    floor = math.sqrt(n) * torch.finfo(got.dtype).smallest_normal * torch.finfo(got.dtype).eps if floating else 0.0
+    floor = norm_floor(n, got.dtype) if floating else 0.0
     err_sq = ref_sq = 0
     for k, (rows, cols) in enumerate(blocks):
         g, e = _wide(g2[rows, cols]), _wide(e2[rows, cols])
@@ -161,7 +176,7 @@ def _normwise(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> str 
         return None
     g2, e2, n, blocks = _rows(got, expected)
     bound = norm_rtol(tol, got.dtype)
-    floor = math.sqrt(n) * torch.finfo(got.dtype).smallest_normal * torch.finfo(got.dtype).eps
+    floor = norm_floor(n, got.dtype)
     n_over, worst = 0, None  # worst: (ratio, row)
     err_sq = ref_sq = 0
     for k, (rows, cols) in enumerate(blocks):
@@ -228,7 +243,7 @@ def check_nan_inf(run) -> None:
 def check_numerics(run) -> None:
     spec, dtype = run.ctx.spec, run.ctx.dtype
     for t in spec.written:
-        problem = mismatch(run.got[t.name], run.ref[t.name], spec.tolerance(dtype, t.name))
+        problem = mismatch(run.got[t.name], run.ref[t.name], spec.tolerance(dtype, t.name, run.ctx.case))
         if problem:
             raise CheckFailure("numerics", f"{t.name}: {problem}")
     return None

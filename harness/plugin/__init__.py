@@ -79,8 +79,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # --kernel selects generated kernel tests only: the harness's own tests are deselected.
     from harness.plugin.bench_items import BenchCaseItem
+    from harness.plugin.op_items import OpCheckItem
 
-    generated = (KernelCaseItem, SpecErrorItem, BenchCaseItem)
+    generated = (KernelCaseItem, SpecErrorItem, BenchCaseItem, OpCheckItem)
     keep = [i for i in items if isinstance(i, generated)]
     dropped = [i for i in items if not isinstance(i, generated)]
     if dropped:

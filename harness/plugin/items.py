@@ -1,4 +1,5 @@
-"""The test items a spec becomes: one per kernel x backend x dtype x case, a failing one for a broken spec.
+"""The test items a spec becomes: one per kernel x backend x dtype x case, a failing one for a broken spec, and
+the op items of :mod:`harness.plugin.op_items` (opcheck per backend x dtype, compile per backend).
 
 A kernel case runs in this process or, with ``--isolate``, in a worker process of the session's pool, so a
 crash or hang fails that case only.
@@ -51,6 +52,9 @@ class SpecFile(pytest.File):
                         yield KernelCaseItem.from_parent(
                             self, name=name, spec=spec, backend=backend, status=status, dtype=dtype, case=case,
                             seed=case_seed(spec, dtype, case, opts["seed"]), device=device)
+        from harness.plugin.op_items import op_items
+
+        yield from op_items(self, spec, list(statuses.values()), device, opts)
 
 
 def _relative(path: Path, root: Path) -> str:

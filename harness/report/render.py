@@ -16,7 +16,9 @@ from pathlib import Path
 import jinja2
 
 from harness import __version__
+from harness.report.matrix import static_matrix
 from harness.report.plots import Plots, render_plots, shape_label
+from harness.report.profile import insert_profile
 from harness.results.io import atomic_write_text
 from harness.results.load import load_results
 from harness.results.model import CaseResult, Results
@@ -472,14 +474,18 @@ def _environment() -> jinja2.Environment:
 
 
 def render_report(results: Results | str | os.PathLike, out_dir: str | os.PathLike, *,
-                  results_name: str = "results.json") -> Path:
-    """Write out_dir/report.md and its PNGs (roofline.png, dist_<kernel>.png); return report.md's path."""
+                  results_name: str = "results.json", profile: str | os.PathLike | None = None) -> Path:
+    """Write out_dir/report.md and its PNGs (roofline.png, dist_<kernel>.png); return report.md's path.
+    ``profile``: a profile.json whose section the report includes (default: out_dir/profile.json, if any)."""
     if not isinstance(results, Results):
         results = load_results(results)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = render_plots(results, out)
-    text = _environment().get_template("report.md.j2").render(**build_context(results, plots, results_name))
+    static = static_matrix(out, results.arch_matrix, cell, code)  # matrix.json beside the report, if any
+    text = _environment().get_template("report.md.j2").render(**build_context(results, plots, results_name),
+                                                               static_matrix=static)
+    text = insert_profile(text, out / "profile.json" if profile is None else profile)
     text = re.sub(r"\n{3,}", "\n\n", text)  # the template may be generous with blank lines
     path = out / "report.md"
     atomic_write_text(path, text)

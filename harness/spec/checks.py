@@ -39,14 +39,27 @@ CHECKS: tuple[CheckInfo, ...] = (
     CheckInfo("inputs", "inputs not declared `inplace` that are not bitwise unchanged", True, 70),
     CheckInfo("determinism", "two runs on the same inputs that are not bitwise equal", True, 80),
 )
+# Checks of the kernel as a PyTorch op: not run on every case by the runner but as their own test items per
+# backend x dtype (harness.plugin.op_items), on the spec's smallest cases. Waivable like the rows above.
+OP_CHECKS: tuple[CheckInfo, ...] = (
+    CheckInfo("opcheck", "a kernel that is not a correct PyTorch op (its own item per backend x dtype, "
+                         "`rmsnorm[triton-bf16-opcheck]`): torch.library.opcheck's test_schema (an input written "
+                         "that the spec does not declare `inplace`), test_autograd_registration, test_faketensor "
+                         "(a fake whose outputs differ from the real ones) and test_aot_dispatch_dynamic",
+              True, 110),
+    CheckInfo("compile", "a kernel that breaks under `torch.compile(fullgraph=True)` (its own item per backend, "
+                         "`rmsnorm[triton-fp32-compile]`): a graph break, a result other than eager's (bitwise "
+                         "unless determinism is waived), or more than one compiled frame for three sizes of a "
+                         "dynamic dimension", True, 120),
+)
 BY_NAME = {c.name: c for c in CHECKS}
-WAIVABLE = tuple(c.name for c in CHECKS if c.waivable)
+WAIVABLE = tuple(c.name for c in CHECKS + OP_CHECKS if c.waivable)
 
 
 def markdown_table() -> str:
-    """The README's check table, in run order."""
+    """The README's check table, in run order, the op items' checks last."""
     lines = ["| check | what it catches | waivable |", "|---|---|---|"]
-    for c in sorted(CHECKS, key=lambda c: c.order):
+    for c in sorted(CHECKS + OP_CHECKS, key=lambda c: c.order):
         catches = c.catches.replace("|", "\\|")  # a pipe, even in a code span, would end the cell
         lines.append(f"| {c.name} | {catches} | {'yes' if c.waivable else 'no'} |")
     return "\n".join(lines)

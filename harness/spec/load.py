@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.spec import expr as ex
-from harness.spec.archs import ArchError, parse_rule
+from harness.spec.archs import MATRIX_WAIVER, ArchError, matrix_waiver_problem, parse_rule, waive_items
 from harness.spec.schema import Reader, SpecError, describe, did_you_mean, one_line
 
 if sys.version_info >= (3, 11):
@@ -79,7 +79,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
                  "cases", "roofline", "gate"], "", required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
-    r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout"],
+    r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout",
+               "op"],
            "kernel", required=["name", "reference"])
     name = r.get(k, "name", str, "kernel", default="")
     if name and name != Path(r.path).stem:
@@ -129,10 +130,13 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         elif _is_table(r, t, f"tolerance.{d}"):
             tolerances[d] = _tolerance(r, f"tolerance.{d}", t, d)
     waivers = {}
-    for check, reason in r.table(raw, "waive", "").items():
-        if check not in WAIVABLE:
+    for check, reason in waive_items(r.table(raw, "waive", "")):
+        if check.startswith(MATRIX_WAIVER) and matrix_waiver_problem(check):
+            r.problem(f"waive.{check}", matrix_waiver_problem(check))
+        elif check not in WAIVABLE and not check.startswith(MATRIX_WAIVER):
             r.problem(f"waive.{check}",
-                      f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)})")
+                      f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)}; "
+                      f"or matrix.<target>, e.g. matrix.gfx950)")
         elif not isinstance(reason, str) or not reason.strip():
             r.problem(f"waive.{check}", f"expected the reason as a non-empty string, got {describe(reason)}")
         else:
@@ -153,6 +157,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
+        op=_import_path(r, k, "kernel", "op") or None,
     )
 
 
@@ -315,6 +320,10 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
     return Distribution(kind, tuple(ex.parse(ex.ast.unparse(a)) for a in args))
 
 
+# Tolerance fields that may be an expression over the case's symbols instead of a number.
+SCALABLE = ("rtol", "atol", "mismatch_atol", "norm_rtol")
+
+
 def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
     """``[tolerance.<dtype>]`` or a tensor's own ``tolerance``; anything looser than the default needs a reason.
 
@@ -324,9 +333,17 @@ def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
         d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0)) if dtype else min(DEFAULT_TOLERANCES.values())
     else:  # integers are compared exactly unless the spec says otherwise
         d_rtol, d_atol = 0.0, 0.0
-    values = {}
+    values, scaled = {}, []
     for n, default in (("rtol", d_rtol), ("atol", d_atol), ("max_mismatch", 0.0), ("mismatch_atol", 0.0),
                        ("norm_rtol", None)):
+        if n in SCALABLE and isinstance(t.get(n), str):  # an expression over the case's symbols
+            try:
+                scaled.append((n, ex.parse(t[n])))
+            except ex.ExprError as exc:  # worded for the common case, a number mistyped as a string
+                r.problem(f"{key}.{n}", f"expected a number, got {describe(t[n])} (or an expression over the "
+                                        f"case's symbols: {exc})")
+            values[n] = math.nan  # Tolerance.at gives the number for a case; semantics checks every case's
+            continue
         v = r.get(t, n, float, key, default=default)
         if v is not None and not 0 <= v < math.inf:
             r.problem(f"{key}.{n}", f"must be a finite number >= 0, got {v}")
@@ -340,11 +357,11 @@ def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
         r.problem(f"{key}.mismatch_atol", "has no effect without max_mismatch")
     reason = r.get(t, "reason", str, key, default="").strip()
     looser = values["rtol"] > d_rtol or values["atol"] > d_atol or values["max_mismatch"] > 0 or "norm_rtol" in t
-    if looser and not reason:
+    if looser and not reason:  # an expression's reason: semantics, once its symbols are known good
         r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}, no mismatch budget, the dtype's "
                        "norm_rtol) without a reason")
     return Tolerance(values["rtol"], values["atol"], reason, values["max_mismatch"], values["mismatch_atol"],
-                     values["norm_rtol"])
+                     values["norm_rtol"], tuple(scaled))
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from harness.spec import expr as ex
@@ -52,17 +53,35 @@ class Tolerance:
     max_mismatch: float = 0.0      # fraction of elements allowed outside the elementwise bound
     mismatch_atol: float = 0.0     # ... and how far outside it such an element may be
     norm_rtol: float | None = None
+    # Bounds given as expressions over the case's symbols (atol = "1e-6 * K": a reduction's rounding grows with
+    # its length), as (field, expression); that field's number is NaN until `at` evaluates it for a case.
+    scaled: tuple[tuple[str, ex.Expr], ...] = ()
 
     @property
     def loosened(self) -> bool:
         return bool(self.reason)
 
+    def at(self, env: dict) -> Tolerance:
+        """The bound at one case: every expression evaluated over the case's symbols."""
+        if not self.scaled:
+            return self
+        return dataclasses.replace(self, scaled=(), **{k: float(e(env)) for k, e in self.scaled})
+
+    def loosest(self, envs) -> Tolerance:
+        """The loosest bound over several cases: each field's largest value."""
+        at = [self.at(env) for env in envs] or [self.at({})]
+        return dataclasses.replace(at[0], **{k: max(getattr(t, k) for t in at) for k, _ in self.scaled})
+
     def describe(self) -> str:
-        text = f"rtol={self.rtol:g} atol={self.atol:g}"
+        shown = dict(self.scaled)
+
+        def show(k: str) -> str:
+            return shown[k].source if k in shown else f"{getattr(self, k):g}"
+        text = f"rtol={show('rtol')} atol={show('atol')}"
         if self.max_mismatch:
-            text += f" max_mismatch={self.max_mismatch:g} (by <= {self.mismatch_atol:g})"
+            text += f" max_mismatch={self.max_mismatch:g} (by <= {show('mismatch_atol')})"
         if self.norm_rtol is not None:
-            text += f" norm_rtol={self.norm_rtol:g}"
+            text += f" norm_rtol={show('norm_rtol')}"
         return text
 
 
@@ -174,6 +193,7 @@ class Spec:
     sha256: str
     reference_precision: str = "upcast"
     gate: GateRule | None = None
+    op: str | None = None           # "module:attr" of the kernel's own torch op; None: the harness registers one
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -188,10 +208,18 @@ class Spec:
         """Everything the kernel writes: outputs and in-place inputs."""
         return tuple(t for t in self.tensors if t.output or t.inplace)
 
-    def tolerance(self, dtype: str, tensor: str | None = None) -> Tolerance:
-        """The bound for ``tensor`` (or any written tensor) at case dtype ``dtype``.
+    def tolerance(self, dtype: str, tensor: str | None = None, case: Case | None = None) -> Tolerance:
+        """The bound for ``tensor`` (or any written tensor) at case dtype ``dtype``, its expressions evaluated
+        at ``case``; without a case (a summary line) at the loosest of the spec's cases."""
+        tol = self._declared_tolerance(dtype, tensor)
+        if not tol.scaled:
+            return tol
+        if case is not None:
+            return tol.at(self.env(case))
+        return tol.loosest(self.env(c) for cases in self.cases.values() for c in cases)
 
-        A tensor's own ``tolerance`` wins; an integer tensor is compared exactly; otherwise the spec's
+    def _declared_tolerance(self, dtype: str, tensor: str | None) -> Tolerance:
+        """A tensor's own ``tolerance`` wins; an integer tensor is compared exactly; otherwise the spec's
         ``[tolerance.<dtype>]``, else torch.testing.assert_close's default for the dtype."""
         t = next((t for t in self.tensors if t.name == tensor), None) if tensor else None
         if t is not None and t.tolerance is not None:

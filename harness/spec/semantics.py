@@ -7,7 +7,7 @@ import sys
 
 from harness.spec import expr as ex
 from harness.spec.imports import module_available, resolve_import
-from harness.spec.schema import Reader, did_you_mean
+from harness.spec.schema import Reader, describe, did_you_mean
 
 
 def check_semantics(r: Reader, spec) -> None:
@@ -44,6 +44,14 @@ def _names(r: Reader, known: set, spec) -> None:
             check(d, f"{where}.shape[{i}]")
         for a in t.values.args:
             check(a, f"{where}.values")
+    for key, tol in _tolerances(spec):
+        if tol.scaled and not tol.reason:
+            r.problem(key, "scales its bounds with the case without a reason (say what error grows with what)")
+        for field, e in tol.scaled:  # worded for the common case, a number mistyped as a string
+            for n in sorted(e.names - known):
+                r.problem(f"{key}.{field}", f"expected a number, got {describe(e.source)} (or an expression over "
+                                            f"the case's symbols: undefined symbol '{n}'"
+                                            f"{did_you_mean(n, sorted(known))})")
     if spec.roofline is not None:
         extra = ["itemsize"] + [f"{p}_{t.name}" for t in spec.tensors for p in ("numel", "bytes")]
         split = spec.roofline.read_bytes is not None
@@ -68,8 +76,20 @@ def _case(r: Reader, spec, case, key: str) -> None:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v} is negative")
         for p in spec.params.values():
             p(env)
+        for where, tol in _tolerances(spec):
+            for field, e in tol.scaled:
+                v = e(env)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                    r.problem(key, f"{where}.{field} {e.source!r} = {v!r}: a bound must be a finite number >= 0")
     except ex.ExprError as exc:
         r.problem(key, str(exc))
+
+
+def _tolerances(spec):
+    """(key, tolerance) of every declared tolerance: ``[tolerance.<dtype>]`` and each tensor's own."""
+    out = [(f"tolerance.{d}", t) for d, t in spec.tolerances.items()]
+    return out + [(f"{'outputs' if t.output else 'inputs'}.{t.name}.tolerance", t.tolerance)
+                  for t in spec.tensors if t.tolerance is not None]
 
 
 def _edge_coverage(r: Reader, spec) -> None:
@@ -94,6 +114,7 @@ def _imports(r: Reader, spec) -> None:
         targets += [(f"backends.{b.name}.impl", b.impl, b.requires)]
         targets += [(f"backends.{b.name}.{k}", getattr(b, k), b.requires) for k in ("source", "build") if getattr(b, k)]
     targets += [(f"peers.{p.name}.impl", p.impl, p.requires) for p in spec.peers.values()]
+    targets += [("kernel.op", spec.op, ())] if spec.op else []
     for key, path, requires in targets:
         if not all(module_available(m) for m in requires):
             continue  # checked where it can run; the arch resolver reports the missing module
@@ -118,10 +139,16 @@ def _imports(r: Reader, spec) -> None:
             first = str(exc).splitlines()[0] if str(exc) else ""
             r.problem(key, f'importing "{path}" failed: {type(exc).__name__}: {first}')
             continue
-        if key.endswith((".impl", ".reference", ".build")) and not callable(obj):
+        if key == "kernel.op" and type(obj).__name__ not in _OP_TYPES:
+            r.problem(key, f'"{path}" is a {type(obj).__name__}, not a torch op (an OpOverload, OpOverloadPacket or '
+                           "what torch.library.custom_op returns)")
+        elif key.endswith((".impl", ".reference", ".build")) and not callable(obj):
             r.problem(key, f'"{path}" is not callable')
         elif key.endswith((".impl", ".reference")):
             _signature(r, spec, key, path, obj)
+
+
+_OP_TYPES = ("OpOverload", "OpOverloadPacket", "CustomOpDef")  # by name: the spec package never imports torch
 
 
 def _is_parent(name: str, module: str) -> bool:

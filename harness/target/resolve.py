@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from harness.spec.archs import parse_rule
 from harness.spec.imports import module_available
-from harness.spec.model import Spec
+from harness.spec.model import Backend, Spec
 from harness.target.device import Device
 from harness.target.tools import tool_available
 
@@ -22,12 +22,20 @@ class BackendStatus:
     selected: bool = False
 
 
+def is_cuda_cpp(backend: Backend) -> bool:
+    """A backend built from CUDA C++ (a `source` for nvcc, or nvcc among its tools): NVIDIA-only by nature."""
+    return backend.source is not None or "nvcc" in backend.tools
+
+
 def check_backend(spec: Spec, name: str, device: Device) -> tuple[bool, str]:
     if name == "reference":
         return True, ""
     b = spec.backends[name]
+    if device.vendor == "amd" and is_cuda_cpp(b):  # said before the arch rules: this is the reason that counts
+        return False, f"CUDA C++ backend (nvcc): not applicable on AMD ({device.arch})"
     if b.arch and not any(parse_rule(r).matches(device.arch) for r in b.arch):
-        return False, f"architecture {device.arch} is outside {', '.join(b.arch)}"
+        hint = " (AMD GPUs need gfx942, gfx950 or rocm there)" if device.vendor == "amd" else ""
+        return False, f"architecture {device.arch} is outside {', '.join(b.arch)}{hint}"
     missing = [m for m in b.requires if not module_available(m)]
     if missing:
         return False, f"module {', '.join(missing)} not importable"

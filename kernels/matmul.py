@@ -1,0 +1,240 @@
+"""GEMM with a fused epilogue: Triton kernel (autotuned on a GPU), torch reference and a torch peer.
+
+``c = act(a @ b.T + bias)`` with a ``[M, K]``, b ``[N, K]`` (stored like an ``nn.Linear`` weight, as vLLM and
+SGLang keep their weights), bias ``[N]`` and c ``[M, N]``; fp16/bf16 inputs, fp32 accumulation, one rounding
+to c's dtype at the end. The epilogue is a code (:data:`EPILOGUES`): 0 none (bias ignored), 1 bias,
+2 bias + relu, 3 bias + gelu (tanh approximation), 4 bias + silu. Any strides on every tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+
+EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
+# Programs that share a band of a's rows walk b's columns together, so a band stays in L2 while it is used.
+_GROUP_M = 8
+# The interpreter runs programs one after another: few, large tiles (up to this size) keep a CPU run short.
+_INTERP_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+    def shared_bytes(self, itemsize: int = 2) -> int:
+        """Shared memory the software pipeline holds: one a and one b tile per stage."""
+        return self.num_stages * (self.block_m + self.block_n) * self.block_k * itemsize
+
+    def as_triton(self) -> triton.Config:
+        return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
+                              "GROUP_M": self.group_m}, num_warps=self.num_warps, num_stages=self.num_stages)
+
+    @classmethod
+    def interpreted(cls, m: int, n: int, k: int) -> MatmulConfig:
+        """The Triton interpreter's config: a tile covering as much of the problem as _INTERP_BLOCK allows."""
+        def fit(size: int) -> int:
+            return min(max(triton.next_power_of_2(size), 16), _INTERP_BLOCK)
+        return cls(fit(m), fit(n), fit(k), 1, 4, 1)
+
+
+# The autotuner's candidates on a GPU. Every one fits sm_80's 163 KiB of shared memory (at most 144 KiB), so
+# one list serves sm_80, sm_90 and sm_100. Large tiles for prefill/square shapes; 16-64-row tiles with deep
+# K blocks for decode (M of 16 to 128), where b's stream is the cost and more, narrower programs keep the
+# memory system busy.
+CONFIGS = (
+    MatmulConfig(128, 256, 64, _GROUP_M, 8, 3),
+    MatmulConfig(256, 128, 64, _GROUP_M, 8, 3),
+    MatmulConfig(128, 128, 64, _GROUP_M, 8, 4),
+    MatmulConfig(128, 128, 32, _GROUP_M, 4, 4),
+    MatmulConfig(64, 256, 32, _GROUP_M, 4, 4),
+    MatmulConfig(64, 128, 64, _GROUP_M, 4, 4),
+    MatmulConfig(64, 64, 128, _GROUP_M, 4, 4),
+    MatmulConfig(32, 64, 128, _GROUP_M, 4, 4),
+    MatmulConfig(16, 64, 128, _GROUP_M, 4, 4),
+    MatmulConfig(16, 32, 256, _GROUP_M, 4, 4),
+)
+
+
+# Operand and accumulator elements per thread above which a tile spills when its loads are not pipelined.
+# Triton pipelines loads through shared memory (cp.async) only when it can prove them 16-byte aligned; an
+# unaligned launch (K = 129, a padded row) keeps whole a and b tiles in registers. Compiled for sm_80/90/100
+# by `harness matrix`, exactly the configs above this bound spilled at K = 129 and none below it.
+_UNPIPELINED_ELEMENTS = 128
+
+
+def _elements_per_thread(c) -> float:
+    bm, bn, bk = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
+    return (bm * bn + bm * bk + bn * bk) / (32 * c.num_warps)
+
+
+def _aligned(named_args) -> bool:
+    """What Triton's specialisation can prove: every pointer 16-byte aligned, every stride 1 or a multiple of
+    16 (Triton's integer divisibility hint), and K a multiple of 16."""
+    ptrs_ok = all(named_args[p].data_ptr() % 16 == 0 for p in ("a_ptr", "b_ptr"))
+    ints = [named_args[s] for s in ("stride_am", "stride_ak", "stride_bn", "stride_bk")] + [named_args["K"]]
+    return ptrs_ok and all(v == 1 or v % 16 == 0 for v in ints)
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """Tiles no taller than M needs (decode keeps its 16-64-row tiles), no short tiles for large M, and for an
+    unaligned launch only tiles that fit in registers without the pipeline."""
+    m = named_args["M"]
+    tall = triton.next_power_of_2(max(m, 16))
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= tall and (m < 1024 or c.kwargs["BLOCK_M"] >= 64)]
+    if not _aligned(named_args):
+        kept = [c for c in (kept or configs) if _elements_per_thread(c) <= _UNPIPELINED_ELEMENTS]
+    return kept or list(configs)
+
+
+@triton.jit
+def _epilogue(acc, bias_ptr, offs_n, n_ok, stride_bias, EPILOGUE: tl.constexpr):
+    if EPILOGUE >= 1:
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    if EPILOGUE == 2:
+        acc = tl.maximum(acc, 0.0)
+    elif EPILOGUE == 3:
+        # 0.5 x (1 + tanh(y)) = x * sigmoid(2y), y = sqrt(2/pi) (x + 0.044715 x^3): no tanh (libdevice, which
+        # the interpreter lacks) and no cancellation in 1 + tanh(y) for negative x
+        acc = acc * _sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))
+    elif EPILOGUE == 4:
+        acc = acc * _sigmoid(acc)
+    return acc
+
+
+@triton.jit
+def _sigmoid(t):
+    """exp of a non-positive argument only: no overflow, and the far tail underflows gracefully to 0."""
+    e = tl.exp(-tl.abs(t))
+    return tl.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_bias, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE: tl.constexpr, RNE_BF16: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # rows and columns past the edge load a valid row/column again (stores are masked): no mask on M or N in
+    # the main loop. int64 row offsets: a row stride times M passes 2**31 for large padded operands.
+    rm = (offs_m % M).to(tl.int64)
+    rn = (offs_n % N).to(tl.int64)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + rn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K  # the last block may be partial: masked loads give it zeros
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if UPCAST_DOT:  # the interpreter's dot reads bf16 as raw bits; in fp32 the products are the same, exact
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    n_ok = offs_n < N
+    acc = _epilogue(acc, bias_ptr, offs_n, n_ok, stride_bias, EPILOGUE)
+    if RNE_BF16:
+        acc = round_to_bf16(acc)
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+
+
+_matmul_autotuned = triton.autotune(
+    configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": prune_configs},
+)(_matmul_kernel)
+
+
+def epilogue_code(epilogue: int | str) -> int:
+    code = EPILOGUES.index(epilogue) if isinstance(epilogue, str) and epilogue in EPILOGUES else epilogue
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code < len(EPILOGUES):
+        raise ValueError(f"matmul: epilogue must be one of {list(EPILOGUES)} or its index, got {epilogue!r}")
+    return code
+
+
+def _check(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor) -> None:
+    if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[1] or bias.shape != (b.shape[0],) \
+            or c.shape != (a.shape[0], b.shape[0]):
+        raise ValueError(f"matmul: expected a [M, K], b [N, K], bias [N], c [M, N]; got a {tuple(a.shape)}, "
+                         f"b {tuple(b.shape)}, bias {tuple(bias.shape)}, c {tuple(c.shape)}")
+
+
+def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
+    """Triton GEMM ``c = act(a @ b.T + bias)``; any strides."""
+    _check(a, b, bias, c)
+    code = epilogue_code(epilogue)
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
+        raise ValueError(f"matmul: a and b must both be fp16 or both bf16, got {a.dtype} and {b.dtype}")
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return
+    args = (a, b, bias, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0),
+            c.stride(0), c.stride(1))
+    if a.device.type == "cpu":  # the Triton interpreter: one large tile, no autotuning (it would time nothing)
+        cfg = MatmulConfig.interpreted(m, n, k)
+        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+        _matmul_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                             GROUP_M=cfg.group_m, EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
+                             UPCAST_DOT=a.dtype == torch.bfloat16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    _matmul_autotuned[grid](*args, EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
+
+
+def _activation(z: torch.Tensor, code: int) -> torch.Tensor:
+    if code == 2:
+        return torch.relu(z)
+    if code == 3:  # gelu, tanh approximation, as x * sigmoid(2y): torch's 0.5x(1 + tanh(y)) cancels for x < -5
+        return z * torch.sigmoid(1.5957691216057308 * (z + 0.044715 * z * z * z))
+    if code == 4:
+        return torch.nn.functional.silu(z)
+    return z
+
+
+def matmul_ref(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
+    """Plain torch in fp32 (or the inputs' precision if higher): the product, the bias and the activation,
+    one rounding into c. Called with 16-bit tensors (the eager baseline) it upcasts them too, so as a speed
+    baseline it is an fp32 GEMM: the `torch` peer is PyTorch's own 16-bit path."""
+    _check(a, b, bias, c)
+    code = epilogue_code(epilogue)
+    acc = torch.promote_types(a.dtype, torch.float32)
+    z = a.to(acc) @ b.to(acc).T
+    if code >= 1:
+        z = z + bias.to(acc)
+    c.copy_(_activation(z, code))
+
+
+def matmul_torch(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor,
+                 epilogue: int | str) -> torch.Tensor:
+    """What PyTorch code writes: ``F.linear`` in the inputs' dtype (cuBLAS, bias added before its one rounding),
+    then the activation as its own kernel in that dtype. Returns its own output (no copy is timed)."""
+    code = epilogue_code(epilogue)
+    z = torch.nn.functional.linear(a, b, bias if code >= 1 else None)
+    return torch.nn.functional.gelu(z, approximate="tanh") if code == 3 else _activation(z, code)
