@@ -214,7 +214,13 @@ def _recording_run(self, *args, grid=None, warmup=False, **kwargs):
 
 def _autotune_run(self, *args, **kwargs):
     configs = list(self.configs)
-    for i, cfg in enumerate(configs):  # every config, not the pruned or benchmarked winner
+    allowed = configs
+    prune = getattr(self, "early_config_prune", None)
+    if prune:  # the kernel's own rule for which configs this launch may use: the others never run for it
+        allowed = prune(configs, dict(zip(self.arg_names, args, strict=False)), **kwargs) or configs
+    for i, cfg in enumerate(configs):  # every config the launch may use, not the benchmarked winner alone
+        if not any(cfg is a for a in allowed):
+            continue
         _AUTOTUNE.append((i, len(configs)))
         try:
             self.fn.run(*args, **{**kwargs, **cfg.all_kwargs()})
