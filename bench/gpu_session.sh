@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: install, then one stage. Logs and results go under $OUT (what the device tool brings back).
-# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh tests|sanitize|timing|bench|gate [extra args]
+# Usage (on the GPU machine, repo root): bash bench/gpu_session.sh STAGE [extra args]
 #   tests     generated tests of every kernel, full tier (isolated workers), then the harness's own GPU tests
+#   tests-new issue 14's kernels at the full tier, the op items of the kernels named, the planted checks
+#   report    bench then profile of the kernels named, into one folder (tarred)
 #   sanitize  the planted sanitizer tests, then every kernel under memcheck and racecheck
 #   timing    bench/gpu_timing_check.py: the engine against Nsight Compute
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
@@ -24,6 +26,28 @@ case "$what" in
     echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier.log"
     timeout 150 python3 -m pytest tests/test_checks.py tests/test_planted.py tests/test_isolation.py -q -rfEs \
       -p no:cacheprovider 2>&1 | tee "$OUT/pytest-harness-gpu.log" | tail -8
+    ;;
+  tests-new)
+    # Issue 14's kernels at the full tier; every other kernel's opcheck and compile items; the planted checks.
+    python3 -m harness validate 2>&1 | tee "$OUT/validate.log"
+    start=$SECONDS
+    timeout 300 python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
+      --kernel layernorm,gelu_tanh,gelu_tanh_and_mul,flash_attention 2>&1 \
+      | tee "$OUT/pytest-full-tier-new-kernels.log" | grep -vE '^[.sF]+( |$)' | tail -25
+    echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-new-kernels.log"
+    timeout 150 python3 -m pytest specs -q -rfEs -p no:cacheprovider -k "opcheck or compile" "$@" 2>&1 \
+      | tee "$OUT/pytest-op-items.log" | grep -vE '^[.sF]+( |$)' | tail -15
+    timeout 100 python3 -m pytest tests/test_checks_planted.py tests/test_ops.py -q -rfEs -p no:cacheprovider 2>&1 \
+      | tee "$OUT/pytest-harness-gpu.log" | tail -8
+    ;;
+  report)
+    # The bench report of every kernel named, then Nsight Compute on each, into one folder (profile.json beside
+    # results.json, so report.md carries the profile section), tarred.
+    start=$SECONDS
+    timeout 320 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
+    echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
+    OUT="$OUT/prof" PROFILE_TIMEOUT=230 bash bench/profile_gpu.sh --out "$OUT/h200" --timeout 60 "$@" 2>&1 | tail -40
+    tar -C "$OUT" -czf "$OUT/h200.tar.gz" h200 && rm -rf "$OUT/h200"
     ;;
   sanitize)
     timeout 200 python3 -m pytest tests/test_sanitize.py -q -rs -s -p no:cacheprovider 2>&1 | tee "$OUT/test_sanitize.log" | tail -30

@@ -16,7 +16,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,utilization.gpu --format=csv \
   | tee "$OUT/nvidia-smi.txt"
 start=$SECONDS
-timeout 560 python3 -m harness profile --out "$OUT/profile" --timeout 150 "$@" 2>&1 | tee "$OUT/profile.log"
+timeout "${PROFILE_TIMEOUT:-560}" python3 -m harness profile --out "$OUT/profile" --timeout 150 "$@" 2>&1 | tee "$OUT/profile.log"
 rc=${PIPESTATUS[0]}
 echo "profile exit $rc, wall $((SECONDS - start)) s" | tee -a "$OUT/profile.log"
 if [ "$rc" -ne 0 ]; then
