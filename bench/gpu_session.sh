@@ -44,9 +44,9 @@ case "$what" in
     # The bench report of every kernel named, then Nsight Compute on each, into one folder (profile.json beside
     # results.json, so report.md carries the profile section), tarred.
     start=$SECONDS
-    timeout 320 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
+    timeout 300 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
     echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
-    OUT="$OUT/prof" PROFILE_TIMEOUT=230 bash bench/profile_gpu.sh --out "$OUT/h200" --timeout 60 "$@" 2>&1 | tail -40
+    OUT="$OUT/prof" PROFILE_TIMEOUT=200 bash bench/profile_gpu.sh --out "$OUT/h200" --timeout 60 "$@" 2>&1 | tail -40
     tar -C "$OUT" -czf "$OUT/h200.tar.gz" h200 && rm -rf "$OUT/h200"
     ;;
   sanitize)
