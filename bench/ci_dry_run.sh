@@ -75,6 +75,8 @@ run_scenario() {
     RUNNER_TEMP="$work/runner-$name"
     mkdir -p "$RUNNER_TEMP"
     python3 -m venv --system-site-packages --without-pip "$RUNNER_TEMP/kh"
+    python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+      > "$("$RUNNER_TEMP/kh/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/runner.pth"
     "$RUNNER_TEMP/kh/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
     # shellcheck disable=SC2086  # CI_GPU_EXTRA is a list of options, split on purpose
     "$RUNNER_TEMP/kh/bin/python" -m harness ci-gpu --against "$base" --kernels "$kernels" \
