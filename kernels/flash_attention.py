@@ -256,20 +256,35 @@ def flash_attention_ref(*, q, k, v, out, causal: bool, sm_scale: float) -> None:
     out.copy_(res.view(batch, heads_q, seq_q, head_dim))
 
 
-def flash_attention_sdpa(*, q, k, v, out, causal: bool, sm_scale: float) -> torch.Tensor:
-    """torch SDPA (enable_gqa needs torch >= 2.5), flash backend first on a GPU; returns its own output.
-
-    SDPA's is_causal aligns top-left, so a causal case with seq_q != seq_kv (other than decode, where the
-    bottom-right mask hides nothing) passes the bottom-right mask explicitly (no flash backend then)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention
-
+def _sdpa_mask(q, k, causal: bool):
+    """(attn_mask, is_causal) for SDPA. Its is_causal aligns top-left, so a causal case with seq_q != seq_kv
+    (other than decode, where the bottom-right mask hides nothing) gets the bottom-right mask explicitly."""
     seq_q, seq_kv = q.shape[2], k.shape[2]
     mask, is_causal = None, bool(causal) and seq_q > 1
     if is_causal and seq_q != seq_kv:
         mask = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=q.device).tril(diagonal=seq_kv - seq_q)
         is_causal = False
+    return mask, is_causal
+
+
+def flash_attention_sdpa(*, q, k, v, out, causal: bool, sm_scale: float) -> torch.Tensor:
+    """torch SDPA (enable_gqa needs torch >= 2.5) restricted to its flash backend first (FlashAttention-2),
+    then efficient, then math; an explicit mask rules flash out. Returns its own output."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    mask, is_causal = _sdpa_mask(q, k, causal)
     backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     with sdpa_kernel(backends if q.is_cuda else [SDPBackend.MATH]):
         return scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=sm_scale,
                                             enable_gqa=k.shape[1] != q.shape[1])
+
+
+def flash_attention_sdpa_auto(*, q, k, v, out, causal: bool, sm_scale: float) -> torch.Tensor:
+    """torch SDPA with torch's own backend choice (cuDNN attention included, which it prefers on sm_90).
+    Returns its own output."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    mask, is_causal = _sdpa_mask(q, k, causal)
+    return scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=sm_scale,
+                                        enable_gqa=k.shape[1] != q.shape[1])
