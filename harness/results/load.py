@@ -332,14 +332,19 @@ def _parse_json(text: str, source: str):
 _TOO_LONG = f"a number with more than {sys.get_int_max_str_digits()} digits"
 
 
-def load_results(path: str | os.PathLike) -> Results:
-    """Load and validate results.json; any problem is one :class:`ResultsError` line."""
+def read_json_file(path: str | os.PathLike):
+    """(parsed JSON, source name) of a file; unreadable or malformed is one :class:`ResultsError` line."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{source}: cannot read: {exc.__class__.__name__}: {exc}") from None
-    return results_from_json(_parse_json(text, source), source)
+    return _parse_json(text, source), source
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Load and validate results.json; any problem is one :class:`ResultsError` line."""
+    return results_from_json(*read_json_file(path))
 
 
 def load_partial(jsonl_path: str | os.PathLike) -> tuple[CaseResult, ...]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.results.io import _dumps, atomic_write_text, finite_json
-from harness.results.load import _Bad, _from_dict, _parse_json
+from harness.results.load import _Bad, _from_dict, read_json_file
 from harness.results.model import ResultsError, to_json
 
 PROFILE_SCHEMA_VERSION = 1
@@ -120,12 +120,7 @@ def profile_from_json(doc, source: str = "<profile>") -> ProfileFile:
 
 def load_profile(path: str | os.PathLike) -> ProfileFile:
     """Load and validate profile.json; any problem is one ResultsError line naming the file and key."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{source}: cannot read: {exc.__class__.__name__}: {exc}") from None
-    return profile_from_json(_parse_json(text, source), source)
+    return profile_from_json(*read_json_file(path))
 
 
 def write_profile(doc: ProfileFile, path: str | os.PathLike) -> Path:
