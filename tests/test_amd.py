@@ -262,9 +262,9 @@ vary = {{ rows = [0, 1, 83, 128] }}
 """
 
 
-def _matrix(tmp_path, capsys, name, extra="", archs="gfx942,gfx950,sm_90"):
+def _matrix(tmp_path, capsys, name, extra="", archs="gfx942,gfx950,sm_90", *more):
     (tmp_path / f"{name}.toml").write_text(SPEC.format(name=name, extra=extra))
-    code = main(["matrix", "--specs-dir", str(tmp_path), "--arch", archs, "--out", str(tmp_path / "m.json")])
+    code = main(["matrix", "--specs-dir", str(tmp_path), "--arch", archs, "--out", str(tmp_path / "m.json"), *more])
     return code, capsys.readouterr().out
 
 
@@ -279,9 +279,16 @@ def test_matrix_fails_on_gfx942_naming_it(tmp_path, capsys):
 
 
 def test_matrix_waiver_turns_the_failure_into_a_listed_waiver(tmp_path, capsys):
-    code, out = _matrix(tmp_path, capsys, "transpose", '[waive]\n"matrix.gfx942" = "MI300 runs the small tile"')
+    waiver = '[waive]\n"matrix.gfx942" = "MI300 runs the small tile"'
+    code, out = _matrix(tmp_path, capsys, "transpose", waiver)  # a waived target is not compiled...
     assert code == 0, out
-    assert "WAIVED: transpose triton on gfx942: MI300 runs the small tile" in out
+    assert "WAIVED: transpose triton on gfx942: MI300 runs the small tile (not compiled" in out
+    assert "0 problem(s), 1 waived" in out
+    entry = {e["arch"]: e for e in json.loads((tmp_path / "m.json").read_text())["entries"]}["gfx942"]
+    assert (entry["status"], entry["configs"], entry["summary"]) == ("waived", 0, "not compiled"), entry
+    code, out = _matrix(tmp_path, capsys, "transpose", waiver, "gfx942,gfx950,sm_90", "--compile-waived")
+    assert code == 0, out  # ...unless asked: then its problems are listed under the waiver
+    assert "WAIVED: transpose triton on gfx942: MI300 runs the small tile (" in out and "LDS" in out
     assert "0 problem(s), 1 waived" in out
 
 

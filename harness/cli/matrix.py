@@ -1,7 +1,8 @@
 """``matrix``: compile every Triton kernel (each launch config the spec's cases use) and every CUDA C++
 backend ahead of time for each target architecture (NVIDIA sm_80/90/100, AMD gfx942/gfx950), and read the
 resources from the binaries. No GPU. CUDA C++ backends are not applicable on AMD targets; a spec may waive a
-target with a reason (`[waive] "matrix.gfx950" = "..."`). `--out` writes the entries for the report.
+target with a reason (`[waive] "matrix.gfx950" = "..."`): a waived target is not compiled (like a waived check,
+it is not run) unless --compile-waived asks to see its problems. `--out` writes the entries for the report.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def _options(p) -> None:
     p.add_argument("--arch", action="append", default=[],
                    help=f"targets, comma-separated (default: {','.join(DEFAULT_ARCHS)})")
     p.add_argument("--specs-dir", default="specs")
+    p.add_argument("--compile-waived", action="store_true",
+                   help="also compile the targets a spec waives, listing their problems as waived")
     p.add_argument("--out", help="write the per kernel x target entries here (JSON; the report reads "
                                  "matrix.json next to results.json)")
 
@@ -77,8 +80,9 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
 @options(_options)
 def cmd_matrix(args) -> int:
     from harness.aot.nvcc import build_cuda, torch_extension_flags
-    from harness.aot.summary import cuda_entries, not_applicable, triton_entries
+    from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable, triton_entries
     from harness.aot.triton import compile_all, render_table, table_rows
+    from harness.spec.archs import matrix_waiver
     from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 
     use_interpreter_if_no_gpu()
@@ -89,30 +93,39 @@ def cmd_matrix(args) -> int:
     nvidia, amd = tuple(a for a in archs if not is_amd(a)), tuple(a for a in archs if is_amd(a))
     problems, rows, entries = [], [], []
     for spec in load_specs(spec_paths([], args.specs_dir, args.kernel)):
+        waived = {a: r for a in archs if (r := matrix_waiver(spec.waivers, a)) is not None and not args.compile_waived}
         for backend in spec.backends.values():
+            entries += [MatrixEntry(spec.name, backend.name, a, "waived", 0, "not compiled", (), r)
+                        for a, r in waived.items() if not (backend.source and is_amd(a))]
             if backend.source:
                 entries += [not_applicable(spec.name, backend.name, a) for a in amd]
                 if not nvidia:
                     continue
-                result = build_cuda(resolve_import(backend.source), nvidia, extra_flags=torch_extension_flags())
+                checked = tuple(a for a in nvidia if a not in waived)
+                if not checked:
+                    continue
+                result = build_cuda(resolve_import(backend.source), checked, extra_flags=torch_extension_flags())
                 print(f"{spec.name} {backend.name}: nvcc {result.status}; SASS {', '.join(result.sass_archs) or '-'}; "
                       f"PTX {', '.join(result.ptx_archs) or '-'}")
                 for k in result.kernels:
                     r = k.resources
                     print(f"  {k.arch} {k.kernel[:60]}: {r.registers} regs, spills {r.spill_store_bytes}/"
                           f"{r.spill_load_bytes} B, stack {r.stack_bytes} B, smem {r.shared_bytes} B")
-                entries += cuda_entries(spec.name, backend.name, nvidia, result, spec.waivers)
+                entries += cuda_entries(spec.name, backend.name, checked, result, spec.waivers)
                 continue
             if "triton" not in backend.requires and backend.name != "triton":
                 continue
+            checked = tuple(a for a in archs if a not in waived)
+            if not checked:
+                continue
             records, errors = triton_launches(spec, backend)
             problems += errors
-            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(archs)} archs",
+            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(checked)} archs",
                   file=sys.stderr, flush=True)
             table = [dataclasses.replace(r, kernel=f"{spec.name}:{r.kernel}")
-                     for r in table_rows(compile_all(records, archs))]
+                     for r in table_rows(compile_all(records, checked))]
             rows += table
-            entries += triton_entries(spec.name, backend.name, archs, table, spec.waivers)
+            entries += triton_entries(spec.name, backend.name, checked, table, spec.waivers)
     if rows:
         print(render_table(rows))
     problems += [f"{e.backend} {p}" for e in entries if e.status == "failed" for p in e.problems]
@@ -120,7 +133,8 @@ def cmd_matrix(args) -> int:
         if e.status == "not applicable":
             print(f"NOT APPLICABLE: {e.kernel} {e.backend} on {e.arch}: {e.reason}")
         elif e.status == "waived":
-            print(f"WAIVED: {e.kernel} {e.backend} on {e.arch}: {e.reason} ({'; '.join(e.problems)})")
+            seen = '; '.join(e.problems) or "not compiled; --compile-waived shows its problems"
+            print(f"WAIVED: {e.kernel} {e.backend} on {e.arch}: {e.reason} ({seen})")
     for p in problems:
         print(f"PROBLEM: {p}")
     if args.out:
