@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -68,9 +69,15 @@ def test_tasks_shard_across_one_worker_per_device(monkeypatch):
 
 
 def test_interrupt_leaves_no_worker_behind():
-    with pytest.raises(KeyboardInterrupt), WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
-        pid = pool.run(Task(TASKS + "echo", {"value": 0})).worker_pid
-        pool.run(Task(TASKS + "interrupt_parent"))
+    # Python leaves SIGINT ignored when it starts ignored (a run started in the background by a shell
+    # without job control): Ctrl-C must reach this process as it does at a terminal for the test to mean it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
+            pid = pool.run(Task(TASKS + "echo", {"value": 0})).worker_pid
+            pool.run(Task(TASKS + "interrupt_parent"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not alive(pid)
 
 
