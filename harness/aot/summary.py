@@ -70,9 +70,22 @@ def triton_entries(kernel: str, backend: str, archs, rows: list[TableRow], waive
     return out
 
 
-def not_applicable(kernel: str, backend: str, arch: str) -> MatrixEntry:
-    return MatrixEntry(kernel, backend, arch, "not applicable", 0, "", (),
-                       "CUDA C++ (nvcc) backend: not applicable on AMD")
+def not_applicable(kernel: str, backend: str, arch: str,
+                   reason: str = "CUDA C++ (nvcc) backend: not applicable on AMD") -> MatrixEntry:
+    return MatrixEntry(kernel, backend, arch, "not applicable", 0, "", (), reason)
+
+
+def unclaimed_nvidia(rules: tuple[str, ...], archs) -> tuple[str, ...]:
+    """The NVIDIA targets a backend's ``arch`` rules leave out while claiming another NVIDIA target: below its
+    minimum (FP8 tensor cores from sm_89, so ``>=sm_90`` leaves sm_80 out). A backend that claims no NVIDIA
+    target at all (a CPU-only one) is still compiled everywhere, as AMD targets are: the matrix shows what
+    the kernel would do there."""
+    from harness.spec.archs import is_amd, parse_rule
+
+    parsed = [parse_rule(r) for r in rules]
+    nvidia = [a for a in archs if not is_amd(a)]
+    claimed = [a for a in nvidia if any(r.matches(a) for r in parsed)]
+    return tuple(a for a in nvidia if a not in claimed) if claimed else ()
 
 
 def cuda_entries(kernel: str, backend: str, archs, result, waivers: dict[str, str]) -> list[MatrixEntry]:

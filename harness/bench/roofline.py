@@ -60,16 +60,17 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
     ``median_ci_us``: the 95% interval of the case's median; the ceilings' own intervals are read from
     ``ceilings`` (``bandwidth_ci_gbps``, ``matmul_ci_tflops``)."""
     none = dict(bytes=None, flops=None, gbps=None, tflops=None, pct_roofline=None, bound=None, ceiling_gbps=None,
-                target=None, verdict="n/a")
+                target=None, verdict="n/a", compute=None)
     if spec.roofline is None or not median_us or median_us != median_us:
         return none
     nbytes, flops = float(spec.roofline.bytes(env)), float(spec.roofline.flops(env))
     seconds = median_us * 1e-6
+    compute = spec.roofline.compute_dtype(dtype)  # the rate the ceilings measured for this kernel's arithmetic
     out = dict(none, bytes=nbytes, flops=flops, gbps=nbytes / seconds / 1e9, tflops=flops / seconds / 1e12,
-               target=spec.roofline.target)
+               target=spec.roofline.target, compute=compute)
     if ceilings is None:
         return out
-    peak = _positive(_field(ceilings, "matmul_tflops", {}).get(dtype))
+    peak = _positive(_field(ceilings, "matmul_tflops", {}).get(compute))
     bandwidth, copy = _field(ceilings, "bandwidth_gbps", {}), _field(ceilings, "copy_gbps")
     at_median = _floor_s(spec, env, nbytes, flops, bandwidth, copy, peak)
     if at_median is None:
@@ -81,7 +82,7 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
     band_hi = _upper(bandwidth, _field(ceilings, "bandwidth_ci_gbps", {}))
     copy_hi = band_hi.get("copy", copy) if copy is not None else None
     peak_hi = _positive(_upper(_field(ceilings, "matmul_tflops", {}), _field(ceilings, "matmul_ci_tflops", {}))
-                      .get(dtype))
+                      .get(compute))
     best = _floor_s(spec, env, nbytes, flops, band_hi, copy_hi, peak_hi)
     if best is not None:
         pct_at_best = 100.0 * best[0] / (max(slow or median_us, median_us) * 1e-6)

@@ -80,7 +80,7 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
 @options(_options)
 def cmd_matrix(args) -> int:
     from harness.aot.nvcc import build_cuda, torch_extension_flags
-    from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable, triton_entries
+    from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable, triton_entries, unclaimed_nvidia
     from harness.aot.triton import compile_all, render_table, table_rows
     from harness.spec.archs import matrix_waiver
     from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
@@ -115,7 +115,10 @@ def cmd_matrix(args) -> int:
                 continue
             if "triton" not in backend.requires and backend.name != "triton":
                 continue
-            checked = tuple(a for a in archs if a not in waived)
+            below = unclaimed_nvidia(backend.arch, archs)
+            entries += [not_applicable(spec.name, backend.name, a, f"the backend's arch list "
+                                       f"({', '.join(backend.arch)}) does not claim {a}") for a in below]
+            checked = tuple(a for a in archs if a not in waived and a not in below)
             if not checked:
                 continue
             records, errors = triton_launches(spec, backend)

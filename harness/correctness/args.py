@@ -19,8 +19,9 @@ from harness.spec.model import Case, Spec, Tensor
 TORCH_DTYPES = {
     "fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
-    "uint8": torch.uint8, "bool": torch.bool,
+    "uint8": torch.uint8, "bool": torch.bool, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
 }
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # reference_precision "upcast": the next wider float of the case dtype.
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64,
            torch.float64: torch.float64}
@@ -130,7 +131,10 @@ def reference_dtype(dtype: torch.dtype, case_dtype: str, precision: str = "upcas
     if precision != "upcast":
         raise ValueError(f"unknown reference precision {precision!r}")
     case = TORCH_DTYPES[case_dtype]
-    return torch.promote_types(dtype, _UPCAST.get(case, case))
+    wide = _UPCAST.get(case, case)
+    if dtype in FP8:  # torch has no promotion rule for 8-bit floats: every FP8 value is exact in fp32
+        return torch.promote_types(wide, torch.float32)
+    return torch.promote_types(dtype, wide)
 
 
 def reference_args(spec: Spec, args: Arguments, case_dtype: str) -> Arguments:

@@ -162,6 +162,8 @@ def allocate(spec: Spec, values: dict) -> dict[str, torch.Tensor]:
     tensors = [(t, values[t.name]) for t in spec.inputs]
     env = bind(spec, values)
     case_dtype = next((x.dtype for t, x in tensors if t.dtype == "case"), None)
+    if case_dtype is None and len(spec.dtypes) == 1:  # every input fixed (FP8 operands): one case dtype to take
+        case_dtype = TORCH_DTYPES[spec.dtypes[0]]
     device = tensors[0][1].device
     outs = {}
     for t in spec.outputs:
@@ -177,11 +179,11 @@ def _returns(outs: dict[str, torch.Tensor]):
 
 def _check_shapes(spec: Spec) -> None:
     """Every output shape and dtype the op derives must equal the spec's, on every declared case."""
-    if spec.outputs and not any(t.dtype == "case" for t in spec.inputs) and any(
+    if spec.outputs and len(spec.dtypes) > 1 and not any(t.dtype == "case" for t in spec.inputs) and any(
             t.dtype == "case" for t in spec.outputs):
         name = next(t.name for t in spec.outputs if t.dtype == "case")
         raise OpRegistrationError(f"{spec.path}: outputs.{name}.dtype: \"case\" needs an input of the case dtype "
-                                  "to take it from")
+                                  "to take it from, or a kernel with one dtype")
     for case in (c for cases in spec.cases.values() for c in cases):
         env = spec.env(case)
         values = {t.name: torch.empty(shape_of(t, env), device="meta") for t in spec.inputs}

@@ -18,7 +18,15 @@ import torch
 from harness.correctness.registry import CheckFailure, check
 
 _BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-         torch.bfloat16: torch.int16, torch.bool: torch.uint8}
+         torch.bfloat16: torch.int16, torch.bool: torch.uint8, torch.float8_e4m3fn: torch.uint8,
+         torch.float8_e5m2: torch.uint8}
+# FP8 has few NaN encodings: e4m3 (no inf) only S.1111.111, e5m2 S.11111.{01,10,11}. The two poisons are the two
+# signs of one NaN, and the pads use the rest where there is a rest; an FP8 pad is still a NaN, which is what
+# makes a read past an input's end visible in the output it feeds.
+_FP8_POISON = ({torch.float8_e4m3fn: 0x7F, torch.float8_e5m2: 0x7F},
+               {torch.float8_e4m3fn: 0xFF, torch.float8_e5m2: 0xFF})
+_FP8_PADS = ({torch.float8_e4m3fn: 0x7F, torch.float8_e5m2: 0x7D}, {torch.float8_e4m3fn: 0xFF, torch.float8_e5m2: 0xFE},
+             {torch.float8_e4m3fn: 0x7F, torch.float8_e5m2: 0x7E}, {torch.float8_e4m3fn: 0xFF, torch.float8_e5m2: 0xFD})
 
 
 def _signed(v: int, nbits: int) -> int:
@@ -37,12 +45,12 @@ def _ints(byte: int) -> dict[torch.dtype, int]:
 # exact bits survive; integers: bytes 0xA5 / 0x5A, which are different values in every integer dtype.
 POISON = (
     {torch.float64: 0x7FF8A5A5A5A5A5A5, torch.float32: 0x7FC5A5A5, torch.float16: 0x7E5A, torch.bfloat16: 0x7FDA,
-     **_ints(0xA5), torch.bool: 1},
+     **_ints(0xA5), torch.bool: 1, **_FP8_POISON[0]},
     {torch.float64: 0x7FFA5A5A5A5A5A5A, torch.float32: 0x7FDA5A5A, torch.float16: 0x7EA5, torch.bfloat16: 0x7FE5,
-     **_ints(0x5A), torch.bool: 0},
+     **_ints(0x5A), torch.bool: 0, **_FP8_POISON[1]},
 )
 PAD = {torch.float64: 0x7FF8C3C3C3C3C3C3, torch.float32: 0x7FC3C3C3, torch.float16: 0x7E3C, torch.bfloat16: 0x7FC3,
-       **_ints(0xC3), torch.bool: 1}
+       **_ints(0xC3), torch.bool: 1, **_FP8_PADS[0]}
 # One pad pattern per tensor of a call (cycling through these): a kernel that overruns an input's end and
 # writes what it read past an output's end copies the input's pattern there, which the output's own pattern
 # then exposes. With one shared pattern that read-and-write overrun left every guard band as it was. The
@@ -53,8 +61,8 @@ _INT_BYTES = (0xC3, 0x3C, 0x96, 0x69, 0xB4, 0x4B, 0xD2, 0x2D)
 PADS = tuple(
     {torch.float64: PAD[torch.float64] ^ salt, torch.float32: PAD[torch.float32] ^ salt,
      torch.float16: PAD[torch.float16] ^ salt, torch.bfloat16: PAD[torch.bfloat16] ^ salt,
-     **_ints(byte), torch.bool: 1}
-    for salt, byte in zip(_FLOAT_SALTS, _INT_BYTES, strict=True)
+     **_ints(byte), torch.bool: 1, **_FP8_PADS[i % len(_FP8_PADS)]}
+    for i, (salt, byte) in enumerate(zip(_FLOAT_SALTS, _INT_BYTES, strict=True))
 )
 assert PADS[0] == PAD
 

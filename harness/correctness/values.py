@@ -22,10 +22,10 @@ def distribution(t: Tensor, shape, dtype: torch.dtype, env: dict, gen: torch.Gen
         return torch.randint(int(args[0]), int(args[1]), shape, generator=gen, device=device, dtype=dtype)
     if kind == "uniform":
         x = torch.rand(shape, generator=gen, device=device, dtype=torch.float32)
-        return (x * (args[1] - args[0]) + args[0]).to(dtype)
+        return _cast(x * (args[1] - args[0]) + args[0], dtype)
     mean, std = _normal(t, env)
     x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-    return (x * std + mean).to(dtype)
+    return _cast(x * std + mean, dtype)
 
 
 def _normal(t: Tensor, env: dict) -> tuple[float, float]:
@@ -81,4 +81,9 @@ def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if not dtype.is_floating_point and dtype != torch.bool:
         info = torch.iinfo(dtype)
         x = x.round().clamp(info.min, info.max)
+    elif dtype.itemsize == 1:
+        # FP8 saturates, as a quantiser clamps: torch's cast of an out-of-range value gives e5m2 an inf and
+        # may give e4m3 a NaN (it has no inf), depending on the device
+        finite = torch.finfo(dtype).max
+        x = x.clamp(-finite, finite)
     return x.to(dtype)

@@ -182,7 +182,7 @@ def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult])
     ys = [p[1] for p in xy]
     copy_gbps = results.ceilings.get("copy_gbps")
     # Only the ceilings of dtypes the cases ran in: near-equal peaks (bf16 and fp16) would overprint.
-    dtypes = {c.dtype for c in points}
+    dtypes = {c.compute or c.dtype for c in points}
     compute = {k: v for k, v in (results.ceilings.get("matmul_tflops") or {}).items() if v and k in dtypes}
     bw = copy_gbps / 1000.0 if copy_gbps else None  # TB/s: TFLOP/s per flop/byte
     ridges = [c / bw for c in compute.values()] if bw else []

@@ -8,8 +8,9 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from harness.spec.waivers import Waiver  # noqa: F401  (part of the results schema)
 
-SCHEMA_VERSION = 3  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid
-READABLE_VERSIONS = (2, 3)  # older files load with the fields added since filled by their defaults
+SCHEMA_VERSION = 4  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid;
+#                    4: CaseResult.compute
+READABLE_VERSIONS = (2, 3, 4)  # older files load with the fields added since filled by their defaults
 
 
 STATUSES = ("ok", "wrong", "error", "skipped")
@@ -80,11 +81,14 @@ class CaseResult:
     # (kernel, case, dtype) runs on one worker. None on a CPU and in files written before schema 3.
     gpu_index: int | None = None  # the index as the benchmark's parent process numbers the visible GPUs
     gpu_uuid: str | None = None   # torch's device UUID, stable across CUDA_VISIBLE_DEVICES orderings
+    # The precision whose measured matmul rate is the case's compute ceiling ("fp8" for an FP8 GEMM with bf16
+    # output; the case dtype otherwise); None where no roofline was taken, and in files before schema 4.
+    compute: str | None = None
 
 
 # CaseResult fields a schema version added: a file of an older version must not have them; it loads with
 # their defaults (the dataclass's), as a record of the current schema.
-CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3}
+CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3, "compute": 4}
 
 
 @dataclass(frozen=True)

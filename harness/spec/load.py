@@ -22,10 +22,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 from harness.spec.checks import WAIVABLE
 from harness.spec.model import (
+    COMPUTE_PRECISIONS,
     DEFAULT_TOLERANCES,
     DISTRIBUTIONS,
     DTYPES,
     FLOAT_DTYPES,
+    FP8_DTYPES,
     LAYOUTS,
     REFERENCE_PRECISIONS,
     VALUE_SETS,
@@ -274,7 +276,8 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     dtype = r.get(t, "dtype", str, key, default="case")
     if dtype != "case" and dtype not in DTYPES:
         r.problem(f"{key}.dtype", f'unknown dtype "{dtype}"{did_you_mean(dtype, DTYPES)}')
-    is_float = dtype == "case" or dtype in FLOAT_DTYPES
+    # an unknown dtype (already reported) counts as a float: one problem, not a second about its values
+    is_float = dtype == "case" or dtype in FLOAT_DTYPES + FP8_DTYPES or dtype not in DTYPES
     # outputs are allocated and poisoned by the harness, never filled: they take no values
     values = None if output else _distribution(r, t.get("values", "normal" if is_float else None),
                                                f"{key}.values", is_float)
@@ -329,7 +332,7 @@ def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
 
     ``dtype`` None: a case-dtype tensor's own tolerance, whose baseline is the strictest float default."""
     r.keys(t, ["rtol", "atol", "max_mismatch", "mismatch_atol", "norm_rtol", "reason"], key)
-    if dtype in FLOAT_DTYPES or dtype is None:
+    if dtype in FLOAT_DTYPES + FP8_DTYPES or dtype is None:
         d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0)) if dtype else min(DEFAULT_TOLERANCES.values())
     else:  # integers are compared exactly unless the spec says otherwise
         d_rtol, d_atol = 0.0, 0.0
@@ -365,7 +368,7 @@ def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:
-    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target"], "roofline", required=["flops"])
+    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target", "compute"], "roofline", required=["flops"])
     split = [k for k in ("read_bytes", "write_bytes") if k in t]
     if "bytes" in t and split:
         r.problem(f"roofline.{split[0]}", "give bytes, or read_bytes and write_bytes, not both")
@@ -386,4 +389,8 @@ def _roofline(r: Reader, t: dict) -> Roofline | None:
     target = r.get(t, "target", float, "roofline", default=0.0)
     if not 0 <= target <= 1:
         r.problem("roofline.target", f"must be a fraction in [0, 1], got {target}")
-    return Roofline(b, f, target, rd, wr) if b and f else None
+    compute = r.get(t, "compute", str, "roofline", default=None)
+    if compute is not None and compute not in COMPUTE_PRECISIONS:
+        r.problem("roofline.compute", f'unknown precision "{compute}"{did_you_mean(compute, COMPUTE_PRECISIONS)} '
+                                      f'(one of {", ".join(COMPUTE_PRECISIONS)})')
+    return Roofline(b, f, target, rd, wr, compute) if b and f else None

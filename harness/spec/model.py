@@ -8,13 +8,23 @@ from dataclasses import dataclass
 from harness.spec import expr as ex
 
 FLOAT_DTYPES = ("fp64", "fp32", "fp16", "bf16")
+# 8-bit floats (OCP FP8: e4m3 without infinities, as NVIDIA and torch's float8_e4m3fn; e5m2) for a tensor's
+# fixed dtype: quantised GEMM operands. Drawn values saturate at the format's largest finite value, as a
+# quantiser clamps; the reference gets them upcast to fp32 (or the case's wider reference dtype).
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
 
 
-DTYPES = FLOAT_DTYPES + ("int64", "int32", "int16", "int8", "uint8", "bool")
+# The matmul rates the ceilings measure (harness.timing.ceilings), one of which a roofline's `compute` names.
+COMPUTE_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+
+DTYPES = FLOAT_DTYPES + FP8_DTYPES + ("int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 # torch.testing.assert_close's defaults: the table every spec starts from (rtol, atol).
-DEFAULT_TOLERANCES = {"fp64": (1e-7, 1e-7), "fp32": (1.3e-6, 1e-5), "fp16": (1e-3, 1e-5), "bf16": (1.6e-2, 1e-5)}
+DEFAULT_TOLERANCES = {"fp64": (1e-7, 1e-7), "fp32": (1.3e-6, 1e-5), "fp16": (1e-3, 1e-5), "bf16": (1.6e-2, 1e-5),
+                      # torch.testing has none for FP8: half an ulp at 1 (one rounding), as its 16-bit rtols
+                      "fp8_e4m3": (6.25e-2, 1e-5), "fp8_e5m2": (1.25e-1, 1e-5)}
 
 
 LAYOUTS = ("padded", "strided", "transposed")
@@ -153,6 +163,12 @@ class Roofline:
     target: float
     read_bytes: ex.Expr | None = None  # with write_bytes: the read share picks the bandwidth ceiling
     write_bytes: ex.Expr | None = None
+    # The precision whose measured matmul rate is the compute ceiling ("fp8" for an FP8 GEMM with a bf16
+    # output); None: the case dtype.
+    compute: str | None = None
+
+    def compute_dtype(self, case_dtype: str) -> str:
+        return self.compute or case_dtype
 
     def read_fraction(self, env: dict) -> float | None:
         if self.read_bytes is None or self.write_bytes is None:

@@ -39,7 +39,7 @@ from harness.timing.stats import summarize
 # Vendor datasheet figures (dense, no sparsity), keyed by torch's device name. References only.
 DATASHEET = {
     "NVIDIA H200": {"copy_gbps": 4800.0,
-                    "matmul_tflops": {"bf16": 989.0, "fp16": 989.0, "tf32": 494.7, "fp32": 67.0}},
+                    "matmul_tflops": {"bf16": 989.0, "fp16": 989.0, "tf32": 494.7, "fp32": 67.0, "fp8": 1979.0}},
     "NVIDIA H100 80GB HBM3": {"copy_gbps": 3350.0},
     "NVIDIA A100-SXM4-80GB": {"copy_gbps": 2040.0, "matmul_tflops": {"bf16": 312.0}},
 }
@@ -69,7 +69,7 @@ class Ceilings:
     driver: str
     copy_gbps: float                 # device-to-device copy, bytes read + bytes written
     bandwidth_gbps: dict             # PATTERNS name -> GB/s (bytes read + bytes written)
-    matmul_tflops: dict              # dtype -> TFLOP/s ("bf16", "fp16", "tf32", "fp32")
+    matmul_tflops: dict              # dtype -> TFLOP/s ("bf16", "fp16", "tf32", "fp32"; "fp8" where it exists)
     datasheet: dict                  # datasheet figures, same keys ({} when the device is not listed)
     method: str
     measured_at: str
@@ -271,7 +271,36 @@ def _matmul_tflops(dev, sizes, progress: Progress | None = None) -> tuple[dict, 
                 torch.cuda.empty_cache()
     finally:
         torch.set_float32_matmul_precision(previous)
+    if dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= (8, 9):
+        _fp8_tflops(dev, sizes, out, spread, notes, progress)
     return out, spread, notes
+
+
+def _fp8_tflops(dev, sizes, out: dict, spread: dict, notes: list, progress: Progress | None) -> None:
+    """FP8 (e4m3) dense rate through ``torch._scaled_mm`` (cuBLASLt), per-tensor scales, bf16 output, the
+    default (exact, not fast) accumulation: the ceiling an FP8 GEMM's roofline (``compute = "fp8"``) uses."""
+    n = sizes["matmul_n"]
+    gen = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+    one = torch.ones((), device=dev)
+    t0 = time.monotonic()
+    try:
+        median, ci, method = _median_us(
+            lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), dev,
+            sizes["matmul_cfg"])
+    except (RuntimeError, AttributeError) as exc:  # a torch without _scaled_mm, or a cuBLASLt that refuses it
+        notes.append(f"fp8: not measured ({str(exc).splitlines()[0][:120]})")
+        return
+    out["fp8"] = 2.0 * n ** 3 / median / 1e6
+    if ci:
+        spread["fp8"] = [2.0 * n ** 3 / ci[1] / 1e6, 2.0 * n ** 3 / ci[0] / 1e6]
+    if progress:
+        progress(f"ceilings: matmul fp8 (e4m3) via torch._scaled_mm {n}^3: "
+                 f"{_rate(out['fp8'], spread.get('fp8'), 'TFLOP/s')} ({time.monotonic() - t0:.1f} s)")
+    notes.append(f"fp8: {n}^3 torch._scaled_mm, e4m3 inputs, per-tensor scales, bf16 output ({method})")
+    del a, b
+    torch.cuda.empty_cache()
 
 
 def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
@@ -282,7 +311,8 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
     (a line each, to stderr by default: measuring takes minutes)."""
     dev = resolve_device(device)
     name = torch.cuda.get_device_properties(dev).name if dev.type == "cuda" else cpu_model()
-    key = {"device": name, "driver": _driver(dev), "torch": torch.__version__}
+    # "probes" names the set measured: a cache from before the FP8 probe lacks its rate, so it is measured again
+    key = {"device": name, "driver": _driver(dev), "torch": torch.__version__, "probes": 2}
     path = _cache_path(cache_dir, key)
     if not refresh and (hit := _load(path, key)) is not None:
         return hit

@@ -1,0 +1,165 @@
+"""FP8 GEMM with scales: Triton kernel (autotuned on a GPU), torch reference and a ``torch._scaled_mm`` peer.
+
+``c = (a @ b.T) * scale_a * scale_b.T`` with a ``[M, K]`` and b ``[N, K]`` in float8 e4m3 (b stored like an
+``nn.Linear`` weight, as vLLM's ``cutlass_scaled_mm`` takes it), fp32 scales and a bf16 ``c [M, N]``. The scales
+are per tensor (``[1, 1]`` each) or per row (``scale_a [M, 1]``, one per token, and ``scale_b [N, 1]``, one per
+output channel), vLLM's two static/dynamic FP8 schemes. Products of e4m3 values are exact in fp32; the sum is
+accumulated in fp32 and scaled once, then rounded to c's dtype.
+
+Accumulation. Hopper's FP8 tensor-core instructions add into an accumulator narrower than fp32; summed over a
+long K the error grows (DeepSeek-V3's report measured about 14 bits kept). As cuBLASLt does without its fast
+accumulation flag (``torch._scaled_mm``'s default), the kernel promotes every ``BLOCK_K`` products into an fp32
+accumulator (``max_num_imprecise_acc``); ``fast_accum=True`` accumulates the whole K in the instruction's own
+accumulator instead, the trade vLLM's fast path makes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.matmul import MatmulConfig, prune_configs
+from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+
+_GROUP_M = 8
+
+# The autotuner's candidates on a GPU (sm_90 and later: FP8 tensor cores). Deep K blocks (128 e4m3 values are
+# 128 bytes, the width a 16-bit GEMM gets from 64): the tile's bytes match the 16-bit GEMM's. The promoted
+# accumulation holds a second fp32 accumulator (the chunk's), so no tile is wider than 128 x 128 per 8 warps:
+# 128 x 256 would hold 256 accumulator registers per thread. Small-M tiles with deep K for decode.
+CONFIGS = (
+    MatmulConfig(128, 128, 128, _GROUP_M, 8, 4),
+    MatmulConfig(128, 128, 64, _GROUP_M, 4, 4),
+    MatmulConfig(128, 64, 128, _GROUP_M, 4, 4),
+    MatmulConfig(64, 128, 128, _GROUP_M, 4, 4),
+    MatmulConfig(64, 64, 256, _GROUP_M, 4, 3),
+    MatmulConfig(32, 64, 256, _GROUP_M, 4, 4),
+    MatmulConfig(16, 64, 256, _GROUP_M, 4, 4),
+    MatmulConfig(16, 128, 128, _GROUP_M, 4, 4),
+    # Register-sized tiles for launches Triton cannot prove 16-byte aligned (K = 129, a padded row of odd
+    # stride): their loads are not pipelined through shared memory, and every tile above spills then
+    # (`harness matrix`); kernels.matmul.prune_configs keeps only these for such a launch.
+    MatmulConfig(32, 64, 64, _GROUP_M, 4, 2),
+    MatmulConfig(16, 64, 64, _GROUP_M, 4, 2),
+)
+
+
+@triton.jit
+def _matmul_fp8_kernel(
+    a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_sa, stride_sb, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    RNE_BF16: tl.constexpr, IMPRECISE_ACC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # rows and columns past the edge load a valid row/column again (stores are masked), as in kernels.matmul
+    rm = (offs_m % M).to(tl.int64)
+    rn = (offs_n % N).to(tl.int64)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + rn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE_ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    # stride 0 broadcasts a per-tensor scale; a per-row scale is read once per tile row/column
+    sa = tl.load(sa_ptr + rm * stride_sa)
+    sb = tl.load(sb_ptr + rn * stride_sb)
+    acc = acc * sa[:, None] * sb[None, :]
+    if RNE_BF16:
+        acc = round_to_bf16(acc)
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+
+
+_matmul_fp8_autotuned = triton.autotune(
+    configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "IMPRECISE_ACC"],
+    prune_configs_by={"early_config_prune": prune_configs},
+)(_matmul_fp8_kernel)
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _scale_stride(scale: torch.Tensor, rows: int, name: str) -> int:
+    """The stride between consecutive rows' scales: 0 for one per-tensor scale."""
+    if scale.dtype != torch.float32 or scale.dim() != 2 or scale.shape[1] != 1 or scale.shape[0] not in (1, rows):
+        raise ValueError(f"matmul_fp8: {name} must be fp32 [1, 1] (per tensor) or [{rows}, 1] (per row), got "
+                         f"{scale.dtype} {list(scale.shape)}")
+    return scale.stride(0) if scale.shape[0] > 1 else 0
+
+
+def _check(a, b, scale_a, scale_b, c) -> tuple[int, int]:
+    if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[1] or c.shape != (a.shape[0], b.shape[0]):
+        raise ValueError(f"matmul_fp8: expected a [M, K], b [N, K], c [M, N]; got a {tuple(a.shape)}, "
+                         f"b {tuple(b.shape)}, c {tuple(c.shape)}")
+    return _scale_stride(scale_a, a.shape[0], "scale_a"), _scale_stride(scale_b, b.shape[0], "scale_b")
+
+
+def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, c: torch.Tensor,
+               fast_accum: bool = False) -> None:
+    """Triton FP8 GEMM ``c = (a @ b.T) * scale_a * scale_b.T``; a and b K-major (any row stride)."""
+    stride_sa, stride_sb = _check(a, b, scale_a, scale_b, c)
+    if a.dtype not in _FP8 or b.dtype not in _FP8:
+        raise ValueError(f"matmul_fp8: a and b must be float8 (e4m3 or e5m2), got {a.dtype} and {b.dtype}")
+    if a.stride(1) != 1 or b.stride(1) != 1:
+        # FP8 tensor-core operands must be K-major in shared memory: a K-major load keeps it so without a
+        # transpose, which is what quantised checkpoints store
+        raise ValueError(f"matmul_fp8: a and b must be contiguous along K (strides {tuple(a.stride())} and "
+                         f"{tuple(b.stride())}); transpose the weight once when loading it")
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return
+    args = (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            stride_sa, stride_sb, c.stride(0), c.stride(1))
+    if a.device.type == "cpu":  # the Triton interpreter: one large tile, no autotuning; its dot is exact fp32
+        cfg = MatmulConfig.interpreted(m, n, k)
+        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+        _matmul_fp8_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                                 GROUP_M=cfg.group_m, RNE_BF16=needs_bf16_rounding(c), IMPRECISE_ACC=None,
+                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    # None: Triton's default on sm_90, the whole K in the instruction's accumulator; a number: promoted every
+    # that many products. The autotuner fills BLOCK_K, so the promotion interval is passed as one block.
+    _matmul_fp8_autotuned[grid](*args, RNE_BF16=False, IMPRECISE_ACC=None if fast_accum else _PROMOTE_EVERY)
+
+
+# Products per promotion into the fp32 accumulator: one 64-deep wgmma chunk pair, no more than the smallest
+# BLOCK_K above, so every block is split the same way whatever config wins.
+_PROMOTE_EVERY = 64
+
+
+def matmul_fp8_ref(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                   c: torch.Tensor) -> None:
+    """Dequantised in fp32 (or the precision the harness passes, if higher): the exact products summed in
+    that precision, scaled, one rounding into c."""
+    _check(a, b, scale_a, scale_b, c)
+    acc = torch.promote_types(scale_a.dtype, torch.float32)
+    c.copy_((a.to(acc) @ b.to(acc).T) * scale_a.to(acc) * scale_b.to(acc).T)
+
+
+def matmul_fp8_torch(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                     c: torch.Tensor) -> torch.Tensor:
+    """``torch._scaled_mm`` (cuBLASLt per tensor, CUTLASS row-wise), its default exact accumulation, into its own
+    output. Row-wise scales go as ``scale_a [M, 1]`` and ``scale_b [1, N]``, the layout it requires."""
+    per_row = scale_a.shape[0] > 1 or scale_b.shape[0] > 1
+    sa = scale_a.expand(a.shape[0], 1).contiguous() if per_row else scale_a.reshape(())
+    sb = scale_b.expand(b.shape[0], 1).reshape(1, -1).contiguous() if per_row else scale_b.reshape(())
+    return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=c.dtype)
