@@ -258,3 +258,35 @@ def test_pbexport_cli_compare(results, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Failed to load" not in proc.stdout + proc.stderr
     assert "silu_and_mul[triton-bf16-tokens=8192,d=14336]" in proc.stdout
+
+
+def test_every_shape_table_says_where_the_candidate_wins_and_loses():
+    """SYNTHETIC: rmsnorm's candidate made slower than liger at one shape (beyond the interval), faster at the
+    other: the per-kernel table lists both shapes and the line names the shape where it loses."""
+    import dataclasses
+
+    from harness.report.shapes import shapes_table
+    from tests.e2e import synthetic_results
+
+    cases = [c for c in synthetic_results().cases if c.kernel == "rmsnorm" and c.dtype == "bf16"]
+    candidates = [c for c in cases if c.role == "candidate" and c.status == "ok"]
+    assert len({c.case_id for c in candidates}) == 2
+    slow, fast = candidates[0], candidates[1]
+    ratios = {slow.case_id: (0.8, 0.79, 0.81), fast.case_id: (1.5, 1.48, 1.52)}
+    edited = [dataclasses.replace(c, speedups={**c.speedups, "liger": dict(zip(("ratio", "lo", "hi"),
+                                                                               ratios[c.case_id]))})
+              if c in (slow, fast) else c for c in cases]
+    out = shapes_table(edited)
+    assert out is not None and len(out["table"]["rows"]) == 2
+    assert "vs liger" in out["table"]["header"] and "vs eager" in out["table"]["header"]
+    line = next(w for w in out["wins"] if "`liger`" in w)
+    assert line.startswith("against `liger`: faster at 1 of 2 shapes; slower at ")
+    assert line.endswith(shape_label_of(slow))
+    assert shapes_table([c for c in cases if c.case_id == slow.case_id]) is None  # one shape: no table
+
+
+def shape_label_of(case) -> str:
+    from harness.report.cells import cell
+    from harness.report.plots import shape_label
+
+    return cell(shape_label(case.shape))

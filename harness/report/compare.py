@@ -18,7 +18,8 @@ from pathlib import Path
 import jinja2
 
 from harness import __version__
-from harness.report.render import DASH, NBSP, TEMPLATES, cell, code, num, pct
+from harness.report.cells import DASH, NBSP, cell, code, num, pct
+from harness.report.render import TEMPLATES
 from harness.results.io import atomic_write_text, finite_json
 from harness.results.model import to_json
 

@@ -6,8 +6,6 @@ here as escaped strings, the template (templates/report.md.j2) only lays them ou
 
 from __future__ import annotations
 
-import datetime
-import math
 import os
 import re
 from collections import Counter
@@ -16,69 +14,23 @@ from pathlib import Path
 import jinja2
 
 from harness import __version__
+from harness.report.ceilings import ceilings_section, ceilings_when
+from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, num, pct, speedup, verdict
+from harness.report.cells import table as _table
 from harness.report.matrix import static_matrix
 from harness.report.plots import Plots, render_plots, shape_label
 from harness.report.profile import insert_profile
+from harness.report.shapes import shapes_table
 from harness.results.io import atomic_write_text
 from harness.results.load import load_results
 from harness.results.model import CaseResult, Results
 
 TEMPLATES = Path(__file__).parent / "templates"
 BASELINE_ORDER = ("reference", "torch.compile")
-PROVIDER_LABEL = {"reference": "eager"}
-VERDICT_TEXT = {"pass": "pass", "below-target": "**below\u00a0target**",
-                "model-error": "**model\u00a0error**", "n/a": "n/a"}
-DASH = "—"
 FULL_STATS = ("min", "p25", "median", "p75", "max", "mean", "std")
-NBSP = "\u00a0"  # keeps "3.21x [3.18, 3.25]" on one line in a narrow table column
 
 
 # ----------------------------------------------------------------------------- formatting
-
-def num(x, sig: int = 4) -> str:
-    """3-4 significant digits, thousands separators from 1,000 up; never scientific for times."""
-    if x is None:
-        return DASH
-    if isinstance(x, int) or x == 0:
-        return f"{x:,.0f}"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    text = f"{x:#.{sig}g}"  # '#' keeps trailing zeros: 13.0x, not 13x, beside 12.7x
-    return text[:-1] if text.endswith(".") else text
-
-
-def interval(mid, lo, hi, sig: int = 3, unit: str = "") -> str:
-    """`3.21x [3.18, 3.25]`, with digits added until rounding no longer merges distinct values."""
-    if mid is None:
-        return DASH
-    if lo is None or hi is None:
-        return f"{num(mid, sig)}{unit}"
-    for digits in range(sig, 8):
-        parts = [num(v, digits) for v in (lo, mid, hi)]
-        if len({*parts}) == len({lo, mid, hi}):
-            break
-    return f"{parts[1]}{unit}{NBSP}[{parts[0]},{NBSP}{parts[2]}]"
-
-
-def pct(x, sig: int = 3) -> str:
-    return DASH if x is None else f"{num(x, sig)}%"
-
-
-def cell(text) -> str:
-    """Escape text for one Markdown table cell."""
-    text = " ".join(str(text).split())
-    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), ("*", "\\*"), ("_", "\\_")):
-        text = text.replace(a, b)
-    return text or DASH
-
-
-def code(text) -> str:
-    return f"`{' '.join(str(text).split())}`".replace("|", "\\|")
-
-
-def _table(header: list[str], rows: list[list[str]], right: tuple[int, ...] = ()) -> dict:
-    return {"header": header, "rows": rows, "align": ["r" if i in right else "l" for i in range(len(header))]}
-
 
 # ----------------------------------------------------------------------------- sections
 
@@ -104,15 +56,6 @@ def _provider_order(providers) -> list[str]:
     return sorted(set(providers), key=key)
 
 
-def _verdict(c: CaseResult) -> str:
-    if c.status != "ok":
-        return f"**{c.status}**"
-    text = VERDICT_TEXT.get(c.verdict, cell(c.verdict))
-    if c.verdict == "below-target" and c.target is not None:
-        text += f"{NBSP}({pct(c.target * 100, 2)})"
-    return text
-
-
 def _summary(results: Results) -> dict:
     headline = _groups(c for c in results.cases if c.headline)
     others = _provider_order(p for g in headline.values() for c in g if c.role == "candidate"
@@ -130,16 +73,9 @@ def _summary(results: Results) -> dict:
         for c in (c for c in group if c.role == "candidate"):
             row = [cell(kernel), cell(shape_label(c.shape)), dtype, code(c.provider),
                    num(_median(c)) if c.status == "ok" else DASH, pct(c.pct_roofline)]
-            for p in others:
-                s = c.speedups.get(p) if c.status == "ok" else None
-                if p in status and status[p] != "ok":  # never a speedup against a wrong or failed run
-                    row.append(f"{DASH} ({status[p]})")
-                elif s:
-                    row.append(interval(s["ratio"], s["lo"], s["hi"], unit="x"))
-                else:
-                    row.append(DASH)
+            row += [speedup(c, p, status) for p in others]
             row.append(code(fastest.provider) if fastest else DASH)
-            row.append(_verdict(c))
+            row.append(verdict(c))
             rows.append(row)
     header = (["kernel", "headline shape", "dtype", "candidate", "median µs", "% roofline"]
               + [f"vs {PROVIDER_LABEL.get(p, p)}" for p in others] + ["fastest", "verdict"])
@@ -147,121 +83,6 @@ def _summary(results: Results) -> dict:
                if not any(key[0] == k for key in headline)]
     return {"table": _table(header, rows, right=tuple(range(4, 6 + len(others)))), "others": others,
             "no_headline": missing}
-
-
-# The copy row comes from copy_gbps (with its datasheet figure); these are the other measured patterns.
-BANDWIDTH_LABELS = {"fill": "write only, GB/s", "add": "2 reads : 1 write, GB/s", "read": "read only, GB/s"}
-
-
-def _ceilings(results: Results) -> dict | None:
-    measured = results.ceilings
-    sheet = measured.get("datasheet") or {}
-    rows = []
-
-    def row(label, m, d, ci=None):
-        ratio = pct(100 * m / d) if m is not None and d else DASH
-        ok = isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_is_num(v) for v in ci) and _is_num(m)
-        rows.append([label, interval(m, ci[0], ci[1]) if ok else num(m), num(d), ratio])
-
-    bandwidth = _dict(measured.get("bandwidth_gbps"))
-    band_ci, mm_ci = _dict(measured.get("bandwidth_ci_gbps")), _dict(measured.get("matmul_ci_tflops"))
-    if measured.get("copy_gbps") is not None or sheet.get("copy_gbps") is not None:
-        row("copy, GB/s (read + write)", measured.get("copy_gbps"), sheet.get("copy_gbps"), band_ci.get("copy"))
-    for name, label in BANDWIDTH_LABELS.items():
-        if bandwidth.get(name) is not None:
-            row(label, bandwidth[name], None, band_ci.get(name))
-    mm, smm = measured.get("matmul_tflops") or {}, sheet.get("matmul_tflops") or {}
-    for dtype in dict.fromkeys([*mm, *smm]):
-        row(f"matmul {dtype}, TFLOP/s", mm.get(dtype), smm.get(dtype), mm_ci.get(dtype))
-    if not rows:
-        return None
-    return _table(["ceiling", "measured", "datasheet", "measured / datasheet"], rows, right=(1, 2, 3))
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _dict(v) -> dict:
-    return v if isinstance(v, dict) else {}
-
-
-def _date(text) -> datetime.datetime | None:
-    try:
-        when = datetime.datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
-
-
-def _age(then: datetime.datetime, now: datetime.datetime) -> str:
-    hours = (now - then).total_seconds() / 3600
-    if hours < 0:
-        return "after this run started"
-    return (f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days") \
-        + " before this run"
-
-
-def _load_text(snap: dict) -> str:
-    """One snapshot of ceilings.load_snapshot as words: what competed with the measurement."""
-    parts = []
-    if "gpu_util_pct" in snap:
-        parts.append(f"GPU utilisation {cell(snap['gpu_util_pct'])}%" if _is_num(snap["gpu_util_pct"])
-                     else f"GPU utilisation {cell(snap['gpu_util_pct'])}")
-    others = snap.get("other_processes")
-    if isinstance(others, list):
-        parts.append(f"{len(others)} other process{'es' * (len(others) != 1)} on the GPU"
-                     + (f" (pids {', '.join(map(str, others[:5]))})" if others else ""))
-    if _is_num(snap.get("sm_clock_mhz")) and _is_num(snap.get("sm_clock_max_mhz")):
-        parts.append(f"SM clock {snap['sm_clock_mhz']:,.0f} of {snap['sm_clock_max_mhz']:,.0f} MHz")
-    if _is_num(snap.get("loadavg_1m")):
-        cores = f" on {snap['cpu_cores_usable']} usable cores" if _is_num(snap.get("cpu_cores_usable")) else ""
-        parts.append(f"host load average {snap['loadavg_1m']:.2f} (1 min){cores}")
-    return ", ".join(parts)
-
-
-def _busy(snap: dict, *, after_own_work: bool) -> bool:
-    """Someone else was using the machine. Before the probes an idle GPU sits at a low clock (not a sign of
-    load) and any utilisation is another's; after them the utilisation and the load are the probes' own,
-    and a clock below 75% of its maximum means the probes ran throttled."""
-    util, others = snap.get("gpu_util_pct"), snap.get("other_processes")
-    clock, top = snap.get("sm_clock_mhz"), snap.get("sm_clock_max_mhz")
-    cores, load = snap.get("cpu_cores_usable"), snap.get("loadavg_1m")
-    if isinstance(others, list) and others:
-        return True
-    if after_own_work:
-        return _is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top
-    return ((_is_num(util) and util >= 10)
-            or ("gpu_util_pct" not in snap and _is_num(load) and _is_num(cores) and cores > 0 and load > cores))
-
-
-def _ceilings_when(results: Results) -> dict:
-    """When, how and under what load the ceilings were measured: a ceiling taken on a busy machine is low,
-    and every case judged against it looks closer to the roofline than it is."""
-    c, env = results.ceilings, results.environment
-    measured, run = _date(c.get("measured_at")), _date(env.get("date"))
-    parts = []
-    if measured:
-        when = f"Ceilings measured {measured.strftime('%Y-%m-%d %H:%M')} UTC"
-        if c.get("cached") is True:
-            when += f", read from the cache ({_age(measured, run)})" if run else ", read from the cache"
-        elif c.get("cached") is False:
-            when += " by this run"
-        parts.append(when + ".")
-    else:
-        parts.append("When the ceilings were measured was not recorded.")
-    conditions = _dict(c.get("conditions"))
-    start, end = _load_text(_dict(conditions.get("start"))), _load_text(_dict(conditions.get("end")))
-    if start:
-        parts.append(f"Load when their measurement started: {start}" + (f"; when it ended: {end}." if end else "."))
-    else:
-        parts.append("The load during their measurement was not recorded (ceilings from an older harness).")
-    if _dict(c.get("bandwidth_ci_gbps")) or _dict(c.get("matmul_ci_tflops")):
-        parts.append("Brackets: 95% interval of each ceiling's median; the verdicts allow for it.")
-    parts.append("`bench --refresh-ceilings` measures them again; do it on an idle machine.")
-    busy = (_busy(_dict(conditions.get("start")), after_own_work=False)
-            or _busy(_dict(conditions.get("end")), after_own_work=True))
-    return {"text": " ".join(parts), "busy": busy}
 
 
 def _interpreted(results: Results) -> list[str]:
@@ -361,7 +182,7 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
                          f"{num(s['p5'])}{NBSP}to{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
-                         num(c.gbps), num(c.ceiling_gbps), num(c.tflops), pct(c.pct_roofline), _verdict(c),
+                         num(c.gbps), num(c.ceiling_gbps), num(c.tflops), pct(c.pct_roofline), verdict(c),
                          cell(c.stop_reason)])
         table = _table(["provider", "n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV",
                         "outliers lo / hi", "warm median µs", "GB/s", "ceiling GB/s", "TFLOP/s", "% roofline",
@@ -382,7 +203,7 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
     full_table = _table(["shape", "dtype", "provider", "backend", "role", *FULL_STATS, "throttled dropped",
                          "bytes", "flops", "bound", "method", "seed"], full, right=tuple(range(5, 15)))
     return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
-            "plot": plots.dist.get(kernel), "full": full_table,
+            "plot": plots.dist.get(kernel), "full": full_table, "shapes": shapes_table(cases),
             "n_ok": len(full)}
 
 
@@ -452,9 +273,9 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "complete": results.complete,
         "how_measured": _how_measured(results),
         "what_timed": _what_was_timed(results),
-        "ceilings_when": _ceilings_when(results),
+        "ceilings_when": ceilings_when(results),
         "summary": _summary(results),
-        "ceilings": _ceilings(results),
+        "ceilings": ceilings_section(results),
         "arch_matrix": _arch_matrix(results),
         "waivers": _table(["kernel", "what", "reason"],
                           [[cell(w.kernel), cell(w.what), cell(w.reason)] for w in results.waivers]),
