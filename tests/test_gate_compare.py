@@ -174,7 +174,7 @@ def test_version_2_files_load_without_gpu_fields(tmp_path):
     doc = to_json(results([case()]))
     doc["schema_version"] = 2
     for c in doc["cases"]:
-        del c["gpu_index"], c["gpu_uuid"]
+        del c["gpu_index"], c["gpu_uuid"], c["compute"]
     loaded = results_from_json(doc, "v2.json")
     assert loaded.cases[0].gpu_index is None and loaded.cases[0].gpu_uuid is None
     assert loaded.schema_version == SCHEMA_VERSION  # loaded as a record of the current schema
@@ -182,6 +182,9 @@ def test_version_2_files_load_without_gpu_fields(tmp_path):
     with pytest.raises(ResultsError, match=r"v2.json: cases\[0\].gpu_uuid: unknown key in a schema version 2 file"):
         results_from_json(doc, "v2.json")
     v3 = to_json(results([case()]))
+    v3["schema_version"] = 3
+    del v3["cases"][0]["compute"]
+    assert results_from_json(v3, "v3.json").cases[0].compute is None  # version 3 has no compute: its default
     del v3["cases"][0]["gpu_index"]
     with pytest.raises(ResultsError, match=r"cases\[0\].gpu_index: required key is missing"):
         results_from_json(v3, "v3.json")
