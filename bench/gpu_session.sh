@@ -9,6 +9,8 @@
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
+#   gemm      issue 13's probes (bench/experiments/*_probe.py, matmul_tma.py: accuracy and speed against cuBLAS),
+#             then the GEMM family's generated tests at the full tier
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -76,5 +78,19 @@ case "$what" in
     ;;
   profile)
     bash bench/profile_gpu.sh "$@"
+    ;;
+  gemm)
+    # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest
+    for probe in ${GEMM_PROBES:-matmul_mma_probe fp8_probe int4_probe matmul_tma}; do
+      start=$SECONDS
+      timeout "${PROBE_TIMEOUT:-120}" python3 "bench/experiments/$probe.py" --out "$OUT/probes" > "$OUT/$probe.log" 2>&1
+      echo "== $probe: exit $?, $((SECONDS - start)) s"; tail -n "${PROBE_TAIL:-30}" "$OUT/$probe.log"
+    done
+    if [ -n "${GEMM_KERNELS:-}" ]; then
+      start=$SECONDS
+      timeout "${TEST_TIMEOUT:-240}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
+        --kernel "$GEMM_KERNELS" "$@" 2>&1 | tee "$OUT/pytest-full-tier-gemm.log" | grep -vE '^[.sF]+( |$)' | tail -40
+      echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-gemm.log"
+    fi
     ;;
 esac
