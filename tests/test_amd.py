@@ -336,3 +336,19 @@ def test_report_shows_the_matrix_next_to_the_results(tmp_path):
     assert "not a matrix.json of schema 1" in render_report(results, tmp_path).read_text()
     (tmp_path / "matrix.json").unlink()
     assert "Compiled for every target" not in render_report(results, tmp_path).read_text()
+
+
+def test_an_llvm_error_printed_only_on_stderr_is_a_compile_error():
+    """AMDGPU's LLVM reports an inline-asm constraint it has no register class for ('h', PTX's 16-bit) as a
+    diagnostic on fd 2 and still emits code; the matrix used to list such a compile as ok."""
+    import torch
+
+    recs = aot.record_launches(amd_kernels.ptx_halves, dict(x=torch.empty(64, dtype=torch.int16, device="meta"),
+                                                            out=torch.empty(64, dtype=torch.int16, device="meta")))
+    by = {r.arch: r for r in aot.compile_all(recs, ("sm_90", "gfx942"))}
+    assert by["sm_90"].ok, by["sm_90"].error
+    bad = by["gfx942"]
+    assert not bad.ok and bad.error.startswith("LLVM: ") and "constraint 'h'" in bad.error, bad.error
+    (problem,) = aot.check(bad)
+    assert "gfx942: compile error: LLVM: " in problem
+    assert aot.llvm_errors("x.ll:3:5: error: bad thing\nwarning: meh\nerror: bad thing\n") == ["bad thing"]

@@ -274,7 +274,7 @@ def test_every_shape_table_says_where_the_candidate_wins_and_loses():
     slow, fast = candidates[0], candidates[1]
     ratios = {slow.case_id: (0.8, 0.79, 0.81), fast.case_id: (1.5, 1.48, 1.52)}
     edited = [dataclasses.replace(c, speedups={**c.speedups, "liger": dict(zip(("ratio", "lo", "hi"),
-                                                                               ratios[c.case_id]))})
+                                                                               ratios[c.case_id], strict=True))})
               if c in (slow, fast) else c for c in cases]
     out = shapes_table(edited)
     assert out is not None and len(out["table"]["rows"]) == 2

@@ -34,7 +34,7 @@ from harness.aot.nvcc import (
 from harness.spec.archs import DEFAULT_ARCHS, normalize_arch, parse_arch
 from harness.target.tools import find_tool
 
-__all__ = ["ARCH_LIMITS", "LaunchRecord", "Resources", "CompileResult", "TableRow", "record_launches",
+__all__ = ["ARCH_LIMITS", "LaunchRecord", "Resources", "CompileResult", "TableRow", "record_launches", "llvm_errors",
            "intercept_launches", "compile_launch", "compile_all", "check", "table_rows", "render_table"]
 
 
@@ -134,13 +134,20 @@ def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
 
         target, options = _target_and_options(record, arch_name)
         src = _ast_source(as_jit_function(record.jit_fn), record)
-        with _compile_knobs(), jit_language(), contextlib.redirect_stdout(log):
+        with _compile_knobs(), jit_language(), contextlib.redirect_stdout(log), _native_stderr() as native:
             kernel = triton.compiler.compile(src, target=target, options=options)
     except Exception as e:
         error, detail = _compile_error(e)
         return CompileResult(**_base(record, arch_name, options), ok=False, error=error, detail=detail,
                              compile_s=time.perf_counter() - t0)
     compile_s = time.perf_counter() - t0
+    if errors := llvm_errors(native.text):
+        # LLVM reports some backend failures (an inline-asm constraint the target has no register class for)
+        # as a diagnostic on the process's stderr and still emits code: the kernel compiled to something else
+        # than its source says, a failure the matrix must list, not an "ok"
+        return CompileResult(**_base(record, arch_name, options), ok=False,
+                             error=f"LLVM: {errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
+                             detail="\n".join(errors)[:4000], compile_s=compile_s)
     name = getattr(kernel.metadata, "name", record.kernel_name)
     dynamic = int(getattr(kernel.metadata, "shared", 0) or 0)
     if "amdgcn" in kernel.asm:
@@ -149,6 +156,41 @@ def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
         res, err = _cubin_resources(kernel, name, log.getvalue())
     return CompileResult(**_base(record, arch_name, options), ok=True, error=err, resources=res,
                          compile_s=compile_s, dynamic_shared_bytes=dynamic)
+
+
+class _Captured:
+    text = ""
+
+
+@contextlib.contextmanager
+def _native_stderr():
+    """File descriptor 2 captured while the block runs (LLVM writes its diagnostics there, below Python), then
+    replayed to the real stderr: nothing is lost, and the caller can read what was written."""
+    import sys
+
+    captured = _Captured()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.text = tmp.read().decode(errors="replace")
+    if captured.text:
+        sys.stderr.write(captured.text)
+
+
+def llvm_errors(text: str) -> list[str]:
+    """LLVM's error diagnostics in ``text`` (lines ``error: ...``, or ``<file>:<line>:<col>: error: ...``),
+    distinct, in order."""
+    found = [line.split("error: ", 1)[1].strip() for line in text.splitlines()
+             if line.startswith("error: ") or ": error: " in line]
+    return list(dict.fromkeys(found))
 
 
 def _compile_error(e: BaseException) -> tuple[str, str]:

@@ -305,7 +305,8 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
     if source is None:
         r.problem(key, 'integer tensors need explicit values, e.g. "randint(0, 100)"')
         return None
-    e = _expr(r, source, key, functions=DISTRIBUTIONS)
+    # the arguments are expressions like any other (sqrt, min, ...): "uniform(0.05 / sqrt(K), 0.2 / sqrt(K))"
+    e = _expr(r, source, key, functions={**ex.FUNCTIONS, **DISTRIBUTIONS})
     if e is None:
         return None
     body = e.tree.body
@@ -320,7 +321,8 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
     if kind == "randint" and is_float or kind != "randint" and not is_float:
         r.problem(key, f"{kind} does not suit a {'floating' if is_float else 'integer'} tensor")
         return None
-    return Distribution(kind, tuple(ex.parse(ex.ast.unparse(a)) for a in args))
+    parsed = tuple(_expr(r, ex.ast.unparse(a), key) for a in args)  # a distribution inside one: one problem
+    return None if None in parsed else Distribution(kind, parsed)
 
 
 # Tolerance fields that may be an expression over the case's symbols instead of a number.

@@ -60,3 +60,18 @@ def tf32_matmul(*, a, b, c):
     """One N x N fp32 tile, multiplied in tf32: gfx950 has no tf32 (Triton's HIP backend allows it on gfx942
     only), so this fails to compile there and nowhere else, and the error is raised inside a jit helper."""
     tf32_matmul_kernel[(1,)](a, b, c, N=a.shape[0])
+
+
+@triton.jit
+def ptx_halves_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r)
+    # a 16-bit register ("h") in an inline-asm constraint: NVIDIA's PTX has the class, AMDGPU's LLVM backend
+    # has none and says so on stderr only, still emitting code
+    y = tl.inline_asm_elementwise("mov.b16 $0, $1;", "=h,h", [x], dtype=tl.int16, is_pure=True, pack=1)
+    tl.store(out_ptr + r, y)
+
+
+def ptx_halves(*, x, out):
+    """A copy through PTX inline asm: compiles for NVIDIA; for AMD the compiler only prints an LLVM error."""
+    ptx_halves_kernel[(1,)](x, out, N=x.shape[0])
