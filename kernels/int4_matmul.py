@@ -58,6 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.matmul import grouped_tile
 from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 GROUP_SIZE = 128
@@ -351,13 +352,7 @@ def _int4_matmul_kernel(
     time, each a stall on memory."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     UNIT: tl.constexpr = 8 if WORDS else 2  # values of k per unit
     UNITS: tl.constexpr = BLOCK_K // UNIT  # units per K block
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -9,14 +9,13 @@ to c's dtype at the end. The epilogue is a code (:data:`EPILOGUES`): 0 none (bia
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+from kernels.rmsnorm import load_cuda_extension, needs_bf16_rounding, round_to_bf16
 
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
 # Programs that share a band of a's rows walk b's columns together, so a band stays in L2 while it is used.
@@ -127,6 +126,18 @@ def _sigmoid(t):
 
 
 @triton.jit
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Program ``pid``'s output tile (row block, column block): programs that share a band of GROUP_M row
+    blocks walk the column blocks together, so the band's rows of a stay in L2 while they are used."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
+
+
+@triton.jit
 def _matmul_kernel(
     a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_bias, stride_cm, stride_cn,
@@ -134,13 +145,7 @@ def _matmul_kernel(
     EPILOGUE: tl.constexpr, RNE_BF16: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -739,25 +744,7 @@ CUDA_CONFIGS = ("128x256x32/8w", "128x128x32/4w", "128x128x32/8w", "64x64x64/4w"
 
 @functools.cache
 def _cuda_module(capability: tuple[int, int]):
-    """Build (first call only, cached by torch on disk too) for this device's architecture alone."""
-    from torch.utils.cpp_extension import load_inline
-
-    arch = f"{capability[0]}.{capability[1]}"
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    try:
-        return load_inline(
-            name=f"kh_matmul_cuda_sm{capability[0]}{capability[1]}",
-            cpp_sources=[_BINDING_SRC],
-            cuda_sources=[CUDA_SRC],
-            functions=["matmul_fwd"],
-            extra_cuda_cflags=["-O3"],
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+    return load_cuda_extension("kh_matmul_cuda", _BINDING_SRC, CUDA_SRC, ["matmul_fwd"], capability)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.matmul import MatmulConfig, prune_configs
+from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
 from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 _GROUP_M = 8
@@ -53,13 +53,7 @@ def _matmul_fp8_kernel(
     RNE_BF16: tl.constexpr, IMPRECISE_ACC: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)

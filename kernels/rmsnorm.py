@@ -333,27 +333,27 @@ void rmsnorm_fwd(torch::Tensor out, torch::Tensor x, torch::Tensor weight, doubl
 _CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-@functools.cache
-def _cuda_module(capability: tuple[int, int]):
-    """Build (first call only, cached by torch on disk too) for this device's architecture alone."""
+def load_cuda_extension(name: str, binding_src: str, cuda_src: str, functions: list[str],
+                        capability: tuple[int, int]):
+    """A torch extension built from inline sources (first call only; torch caches it on disk too) for one
+    architecture alone: TORCH_CUDA_ARCH_LIST is set to it for the build and restored after."""
     from torch.utils.cpp_extension import load_inline
 
-    arch = f"{capability[0]}.{capability[1]}"
     saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
     try:
-        return load_inline(
-            name=f"kh_rmsnorm_cuda_sm{capability[0]}{capability[1]}",
-            cpp_sources=[_BINDING_SRC],
-            cuda_sources=[CUDA_SRC],
-            functions=["rmsnorm_fwd"],
-            extra_cuda_cflags=["-O3"],
-        )
+        return load_inline(name=f"{name}_sm{capability[0]}{capability[1]}", cpp_sources=[binding_src],
+                           cuda_sources=[cuda_src], functions=functions, extra_cuda_cflags=["-O3"])
     finally:
         if saved is None:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+@functools.cache
+def _cuda_module(capability: tuple[int, int]):
+    return load_cuda_extension("kh_rmsnorm_cuda", _BINDING_SRC, CUDA_SRC, ["rmsnorm_fwd"], capability)
 
 
 def build_cuda() -> None:

@@ -43,6 +43,41 @@ def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
     return load(write_spec(tmp_path, "scale", f"tests.planted.broken_kernels:{impl}", layouts=layouts))
 
 
+def planted_spec(tmp_path: Path, template: str, impl: str):
+    """tests/specs/<template>.toml with its triton backend ``tests.planted.check_kernels:<impl>``."""
+    text = (REPO / "tests" / "specs" / f"{template}.toml").read_text()
+    assert "{impl}" in text
+    path = tmp_path / f"{template}.toml"
+    path.write_text(text.replace("{impl}", impl))
+    from harness.spec.load import load
+
+    return load(path)
+
+
+def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
+    """Every case of ``tiers`` in every dtype through the generated checks with the spec's triton backend:
+    {(dtype, failing check): ['case: message', ...]}; a crash is an outcome, under "error"."""
+    from harness.correctness.args import case_seed
+    from harness.correctness.checks import CaseContext, CheckFailure, run_checks
+    from harness.spec.imports import resolve_import
+    from harness.target.device import detect
+
+    device = detect()
+    fn, ref = resolve_import(spec.backends["triton"].impl), resolve_import(spec.reference)
+    failures: dict[tuple[str, str], list[str]] = {}
+    for dtype in spec.dtypes:
+        for case in [c for tier in tiers for c in spec.cases[tier]]:
+            ctx = CaseContext(spec, "triton", dtype, case, case_seed(spec, dtype, case), device.arch,
+                              device.torch_device)
+            try:
+                run_checks(ctx, fn, ref)
+            except CheckFailure as exc:
+                failures.setdefault((dtype, exc.check), []).append(f"{case.id}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a crash is an outcome here
+                failures.setdefault((dtype, "error"), []).append(f"{case.id}: {type(exc).__name__}: {exc}")
+    return failures
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

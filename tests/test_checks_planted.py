@@ -10,47 +10,19 @@ from pathlib import Path
 import pytest
 
 from harness.correctness.args import case_seed, make_args
-from harness.correctness.checks import CaseContext, CheckFailure, run_checks
 from harness.correctness.poison import POISON
 from harness.spec.imports import resolve_import
-from harness.spec.load import load as load_spec
 from harness.spec.model import DEFAULT_TOLERANCES, Tolerance
 from harness.target.device import detect
+from tests.e2e import planted_spec, run_all
 
 SPECS = Path(__file__).resolve().parent / "specs"
-
-
-def planted_spec(tmp_path: Path, template: str, impl: str):
-    """tests/specs/<template>.toml with its triton backend ``tests.planted.check_kernels:<impl>``."""
-    text = (SPECS / f"{template}.toml").read_text()
-    assert "{impl}" in text
-    path = tmp_path / f"{template}.toml"
-    path.write_text(text.replace("{impl}", impl))
-    return load_spec(path)
 
 
 def elementwise_only(spec):
     """The spec as the checks saw it before the normwise bound: the default tolerances, norm_rtol off."""
     return dataclasses.replace(spec, tolerances={d: Tolerance(*DEFAULT_TOLERANCES[d], reason="normwise bound off",
                                                               norm_rtol=math.inf) for d in spec.dtypes})
-
-
-def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
-    """Run every case of ``tiers`` in every dtype: {(dtype, failing check): ['case: message', ...]}."""
-    device = detect()
-    fn, ref = resolve_import(spec.backends["triton"].impl), resolve_import(spec.reference)
-    failures: dict[tuple[str, str], list[str]] = {}
-    for dtype in spec.dtypes:
-        for case in [c for tier in tiers for c in spec.cases[tier]]:
-            ctx = CaseContext(spec, "triton", dtype, case, case_seed(spec, dtype, case), device.arch,
-                              device.torch_device)
-            try:
-                run_checks(ctx, fn, ref)
-            except CheckFailure as exc:
-                failures.setdefault((dtype, exc.check), []).append(f"{case.id}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - a crash is an outcome here
-                failures.setdefault((dtype, "error"), []).append(f"{case.id}: {type(exc).__name__}: {exc}")
-    return failures
 
 
 def test_correct_softmax_passes(tmp_path):

@@ -15,7 +15,7 @@ from harness.correctness.args import make_args, reference_dtype
 from harness.correctness.poison import PADS, POISON
 from harness.spec.load import load as load_spec
 from harness.spec.schema import SpecError
-from tests.test_checks_planted import run_all
+from tests.e2e import run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "matmul_fp8.toml"

@@ -16,11 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.correctness.args import case_seed
-from harness.correctness.checks import CaseContext, CheckFailure, run_checks
-from harness.spec.imports import resolve_import
 from harness.spec.load import load as load_spec
-from harness.target.device import detect
+from tests.e2e import run_all
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "int4_matmul.toml"
 IMPL = 'impl = "kernels.int4_matmul:int4_matmul"'
@@ -81,24 +78,6 @@ def planted_spec(tmp_path: Path, impl: str):
     path = tmp_path / "int4_matmul.toml"
     path.write_text(text.replace(IMPL, f'impl = "tests.test_int4_planted:{impl}"'))
     return load_spec(path)
-
-
-def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
-    """Every case of ``tiers`` in every dtype through the generated checks: {(dtype, check): ['case: message']}."""
-    device = detect()
-    fn, ref = resolve_import(spec.backends["triton"].impl), resolve_import(spec.reference)
-    failures: dict[tuple[str, str], list[str]] = {}
-    for dtype in spec.dtypes:
-        for case in [c for tier in tiers for c in spec.cases[tier]]:
-            ctx = CaseContext(spec, "triton", dtype, case, case_seed(spec, dtype, case), device.arch,
-                              device.torch_device)  # fmt: skip
-            try:
-                run_checks(ctx, fn, ref)
-            except CheckFailure as exc:
-                failures.setdefault((dtype, exc.check), []).append(f"{case.id}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - a crash is an outcome here
-                failures.setdefault((dtype, "error"), []).append(f"{case.id}: {type(exc).__name__}: {exc}")
-    return failures
 
 
 def _cases(messages: list[str]) -> set[str]:

@@ -15,7 +15,7 @@ from harness.correctness.numerics import mismatch, norm_floor
 from harness.spec.load import load as load_spec
 from harness.spec.model import Case
 from harness.spec.schema import SpecError
-from tests.test_checks_planted import planted_spec, run_all
+from tests.e2e import planted_spec, run_all
 
 SPECS = Path(__file__).resolve().parent / "specs"
 ROOT = Path(__file__).resolve().parent.parent
