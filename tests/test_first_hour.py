@@ -299,9 +299,9 @@ def test_a_slow_reference_does_not_squash_the_candidates_box():
      {"gpu_util_pct": 99, "sm_clock_mhz": 1100, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
 ])
 def test_ceiling_load_warning_tells_the_probes_own_load_from_anothers(start, end, busy):
-    from harness.report.render import _ceilings_when
+    from harness.report.ceilings import ceilings_when
     from tests.e2e import synthetic_results
 
     results = synthetic_results()
     results = dataclasses.replace(results, ceilings={**results.ceilings, "conditions": {"start": start, "end": end}})
-    assert _ceilings_when(results)["busy"] is busy
+    assert ceilings_when(results)["busy"] is busy
