@@ -222,6 +222,8 @@ def _autotune_run(self, *args, **kwargs):
         if not any(cfg is a for a in allowed):
             continue
         _AUTOTUNE.append((i, len(configs)))
+        if cfg.pre_hook is not None:  # as Autotuner.run does before each launch: e.g. a TMA descriptor's box
+            cfg.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **cfg.all_kwargs()})
         try:
             self.fn.run(*args, **{**kwargs, **cfg.all_kwargs()})
         finally:

@@ -1,10 +1,11 @@
 """``affected``: which kernels a change touches, so the GPU job tests and gates only those.
 
-The rule (``affected``): ``specs/<k>.toml`` or ``kernels/<k>.py`` of a kernel that has a spec means that
-kernel; documentation (``docs/``, any ``*.md``, ``reports/``, a few repository files) means nothing; any
-other path means every kernel. Unknown paths count as everything on purpose: a helper module under
-``kernels/`` or a change to ``harness/``, ``pyproject.toml`` or ``noxfile.py`` (dependencies) can change
-any kernel's result, and a GPU run too many is cheaper than a regression let through.
+The rule (``affected``): ``specs/<k>.toml``, or ``kernels/<k>.py`` or ``kernels/<k>.cu`` (its CUDA C++
+source) of a kernel that has a spec, means that kernel; documentation (``docs/``, any ``*.md``, ``reports/``,
+a few repository files) means nothing; any other path means every kernel. Unknown paths count as
+everything on purpose: a helper module under ``kernels/`` or a change to ``harness/``, ``pyproject.toml`` or
+``noxfile.py`` (dependencies) can change any kernel's result, and a GPU run too many is cheaper than a
+regression let through.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def affected(changed: Iterable[str], known: Iterable[str]) -> Affected:
         if len(p.parts) == 2 and p.parts[0] == "specs" and p.suffix == ".toml":
             found.add(p.stem)  # a spec that was deleted names a kernel no longer here: filtered below
             continue
-        if len(p.parts) == 2 and p.parts[0] == "kernels" and p.suffix == ".py" and p.stem in known:
+        if len(p.parts) == 2 and p.parts[0] == "kernels" and p.suffix in (".py", ".cu") and p.stem in known:
             found.add(p.stem)
             continue
         if _docs_only(path):

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.matmul import MatmulConfig, _epilogue, _matmul_kernel, epilogue_code, matmul, matmul_ref
+from kernels.matmul import MatmulConfig, fused_epilogue, _matmul_kernel, epilogue_code, matmul, matmul_ref
 from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 __all__ = ["matmul", "matmul_ref", "matmul_drops_k_tail", "matmul_16bit_accumulator"]
@@ -47,7 +47,7 @@ def _acc16_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, sam, sak, sbn, sbk, sb
                     other=0.0).to(tl.float32)
         acc = tl.dot(a, b, acc)
         acc = round_to_bf16(acc) if RNE_BF16 else acc.to(tl.float16).to(tl.float32)  # the bug: a 16-bit accumulator
-    acc = _epilogue(acc, bias_ptr, offs_n, n_ok, sbias, EPILOGUE)
+    acc = fused_epilogue(acc, bias_ptr, offs_n, n_ok, sbias, EPILOGUE)
     if RNE_BF16:
         acc = round_to_bf16(acc)
     tl.store(c_ptr + offs_m[:, None] * scm + offs_n[None, :] * scn, acc.to(c_ptr.dtype.element_ty),

@@ -1,0 +1,89 @@
+"""matmul's TMA backend (kernels/matmul_tma.py): which launches take the descriptor path, that `harness matrix`
+records each autotune config with its own boxes, and that the generated checks of specs/matmul.toml catch
+planted bugs in the persistent kernel (tests/planted/tma_kernels.py) while the shipped kernel and a control
+built like the planted ones pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.aot.launches import intercept_launches, record_launches
+from harness.spec.load import load as load_spec
+from kernels.matmul_tma import CONFIGS, matmul_tma, takes
+from tests.e2e import run_all
+
+SPEC = Path(__file__).resolve().parents[1] / "specs" / "matmul.toml"
+TRITON_IMPL = 'impl = "kernels.matmul:matmul"'
+
+
+def _operands(m, n, k, device="cpu", dtype=torch.bfloat16):
+    return {"a": torch.randn(m, k).to(dtype).to(device), "b": torch.randn(n, k).to(dtype).to(device),
+            "bias": torch.randn(n).to(dtype).to(device), "c": torch.empty(m, n, dtype=dtype, device=device)}
+
+
+def _kernels_launched(m, n, k, device="cpu", **layout) -> list[str]:
+    ops = _operands(m, n, k, device)
+    ops.update(layout)
+    with intercept_launches() as records:
+        matmul_tma(**ops, epilogue=3)
+    return sorted({r.kernel_name for r in records})
+
+
+def test_routing_on_the_interpreter():
+    assert _kernels_launched(40, 48, 80) == ["_persistent_kernel"]
+    assert _kernels_launched(40, 48, 81) == ["_matmul_kernel"]        # K * 2 bytes not a multiple of 16
+    assert _kernels_launched(8, 48, 80) == ["_matmul_kernel"]         # no 16-row box fits
+    padded = torch.randn(40, 83).to(torch.bfloat16)[:, :80]
+    assert _kernels_launched(40, 48, 80, a=padded) == ["_matmul_kernel"]  # 166-byte rows
+    weight_kn = torch.randn(80, 48).to(torch.bfloat16)
+    assert _kernels_launched(40, 48, 80, b=weight_kn.T) == ["_matmul_kernel"]  # transposed weight
+
+
+@pytest.mark.parametrize(("m", "n", "k", "tma"), [(4096, 4096, 4096, True), (1024, 128, 64, True),
+                                                  (1023, 4096, 4096, False), (4096, 64, 4096, False),
+                                                  (128, 14336, 4096, False)])
+def test_routing_on_a_gpu_shape_rule(m, n, k, tma):
+    meta = {"a": torch.empty(m, k, dtype=torch.bfloat16, device="meta"),
+            "b": torch.empty(n, k, dtype=torch.bfloat16, device="meta"),
+            "c": torch.empty(m, n, dtype=torch.bfloat16, device="meta")}
+    assert takes(**meta) is tma
+
+
+def test_matrix_records_every_config_with_its_boxes():
+    args = {"a": torch.empty(4096, 4096, dtype=torch.float16), "b": torch.empty(4096, 4096, dtype=torch.float16),
+            "bias": torch.empty(4096, dtype=torch.float16), "c": torch.empty(4096, 4096, dtype=torch.float16)}
+    records = record_launches(lambda **kw: matmul_tma(**kw, epilogue=1), args)
+    assert [r.kernel_name for r in records] == ["_persistent_kernel"] * len(CONFIGS)
+    for r, cfg in zip(records, CONFIGS, strict=True):
+        c_cols = cfg.block_n // 2 if cfg.subtile else cfg.block_n
+        boxes = [r.signature[d].replace(" ", "") for d in ("a_desc", "b_desc", "c_desc")]
+        assert boxes == [f"tensordesc<fp16[{cfg.block_m},{cfg.block_k}]>",
+                         f"tensordesc<fp16[{cfg.block_n},{cfg.block_k}]>",
+                         f"tensordesc<fp16[{cfg.block_m},{c_cols}]>"], boxes
+
+
+def _spec_with(tmp_path: Path, impl: str):
+    text = SPEC.read_text()
+    assert TRITON_IMPL in text, f"{SPEC} changed: no {TRITON_IMPL!r}"
+    path = tmp_path / "matmul.toml"
+    path.write_text(text.replace(TRITON_IMPL, f'impl = "{impl}"'))
+    return load_spec(path)
+
+
+def test_shipped_kernel_and_control_pass(tmp_path):
+    for impl in ("kernels.matmul_tma:matmul_tma", "tests.planted.tma_kernels:control"):
+        assert run_all(_spec_with(tmp_path, impl)) == {}, impl
+
+
+@pytest.mark.parametrize("bug", ["stale_tile", "same_half"])
+def test_planted_bug_is_caught(tmp_path, bug):
+    failures = run_all(_spec_with(tmp_path, f"tests.planted.tma_kernels:{bug}"))
+    # a tile never stored is poison; a wrong one numerics; a padded case (the pointer kernel) fails `layout`
+    # because its contiguous copy takes the descriptor path
+    assert {dtype for dtype, _ in failures} == {"bf16", "fp16"}, failures
+    assert {check for _, check in failures} <= {"poison", "numerics", "layout"}, failures
+    failed_cases = {msg.split(":")[0] for msgs in failures.values() for msg in msgs}
+    assert any(case.startswith("M=40,N=48,K=80") for case in failed_cases), failed_cases
