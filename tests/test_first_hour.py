@@ -305,3 +305,16 @@ def test_ceiling_load_warning_tells_the_probes_own_load_from_anothers(start, end
     results = synthetic_results()
     results = dataclasses.replace(results, ceilings={**results.ceilings, "conditions": {"start": start, "end": end}})
     assert ceilings_when(results)["busy"] is busy
+
+
+def test_a_waived_baseline_is_not_benchmarked_and_says_why():
+    from harness.bench.plan import plan
+    from harness.target.device import detect
+
+    spec = load_spec(REPO / "specs" / "matmul.toml")  # waives its fp32 reference and torch.compile of it
+    jobs, _, waivers = plan([spec], detect())
+    assert {"triton_tma", "torch"} <= {j.provider.name for j in jobs}
+    assert not {"reference", "torch.compile"} & {j.provider.name for j in jobs}
+    said = {w.what: w.reason for w in waivers if w.kernel == "matmul"}
+    assert said["provider torch.compile not benchmarked"] == spec.waivers["bench.torch.compile"]
+    assert said["provider reference not benchmarked"].startswith("the reference is an fp32 GEMM")

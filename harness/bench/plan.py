@@ -31,7 +31,8 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[li
         statuses = resolve(spec, device)
         arch_rows += arch_matrix_rows(statuses)
         waivers += spec_waivers(spec)
-        provs = [p for p in providers_for(spec, device, statuses) if not providers or p.name in providers]
+        provs = [p for p in providers_for(spec, device, statuses) if (not providers or p.name in providers)
+                 and f"bench.{p.name}" not in spec.waivers]  # listed by spec_waivers, with the reason
         for p in provs:
             if not p.runnable:
                 waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", p.reason))

@@ -135,18 +135,26 @@ def parse_targets(items) -> tuple[str, ...]:
 
 
 # A spec waives a matrix target with `[waive] "matrix.gfx950" = "reason"` (or `matrix.gfx950 = ...`, which TOML
-# reads as a `matrix` table): that target's compile problems are reported as waived, not failed.
+# reads as a `matrix` table): that target's compile problems are reported as waived, not failed. It waives a
+# baseline or peer in the benchmark with `"bench.torch.compile" = "reason"`: not timed, listed with its reason.
 MATRIX_WAIVER = "matrix."
 
 
+BENCH_WAIVER = "bench."
+BASELINES = ("reference", "torch.compile")  # the providers every kernel has besides its backends and peers
+
+
 def waive_items(table: dict) -> list[tuple[str, object]]:
-    """A spec's [waive] entries, the dotted `matrix.<target>` form flattened to one "matrix.<target>" key."""
+    """A spec's [waive] entries, dotted keys (`matrix.gfx950 = ...`, `bench.torch.compile = ...`, which TOML
+    reads as nested tables) flattened to one "matrix.gfx950" / "bench.torch.compile" key."""
+    def flat(key: str, value) -> list[tuple[str, object]]:
+        if not isinstance(value, dict):
+            return [(key, value)]
+        return [item for k, v in value.items() for item in flat(f"{key}.{k}", v)]
+
     out: list[tuple[str, object]] = []
     for key, value in table.items():
-        if key == MATRIX_WAIVER[:-1] and isinstance(value, dict):
-            out += [(MATRIX_WAIVER + str(k), v) for k, v in value.items()]
-        else:
-            out.append((key, value))
+        out += flat(key, value) if key + "." in (MATRIX_WAIVER, BENCH_WAIVER) else [(key, value)]
     return out
 
 
