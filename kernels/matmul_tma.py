@@ -98,7 +98,7 @@ def _set_boxes(nargs) -> None:
     nargs["c_desc"].block_shape = [bm, bn // 2 if nargs["EPILOGUE_SUBTILE"] else bn]
 
 
-def _prune(configs, named_args, **kwargs):
+def prune_boxes(configs, named_args, **kwargs):
     """Only configs whose boxes fit the tensors (takes() has checked that one does)."""
     m, n, k = (int(named_args[x]) for x in ("M", "N", "K"))
     return [c for c in configs if c.kwargs["BLOCK_M"] <= m and c.kwargs["BLOCK_N"] <= n and c.kwargs["BLOCK_K"] <= k]
@@ -154,7 +154,7 @@ def _persistent_kernel(
 
 _persistent_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "EPILOGUE"],
-    prune_configs_by={"early_config_prune": _prune},
+    prune_configs_by={"early_config_prune": prune_boxes},
 )(_persistent_kernel)
 
 
@@ -165,17 +165,50 @@ def _tma_ready(t: torch.Tensor) -> bool:
     return t.dim() == 2 and t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and aligned_base
 
 
-def takes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
-    """Whether :func:`matmul_tma` runs the TMA kernel for these operands (else the pointer kernel)."""
-    if TensorDescriptor is None or a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype \
-            or c.dtype not in (torch.float16, torch.bfloat16) or not all(_tma_ready(t) for t in (a, b, c)):
+def descriptor_path(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, configs=CONFIGS) -> bool:
+    """Whether a persistent TMA kernel with these ``configs`` can and should take a [M, K], b [N, K] and
+    c [M, N]: descriptors for all three, and the shape rule of the module docstring."""
+    if TensorDescriptor is None or not all(_tma_ready(t) for t in (a, b, c)):
         return False
     (m, k), n = a.shape, b.shape[0]
     if a.device.type == "cpu":
         return min(m, n, k) >= 16
     if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] < 9:
         return False
-    return m >= MIN_M and any(cfg.fits(m, n, k) for cfg in CONFIGS)
+    return m >= MIN_M and any(cfg.fits(m, n, k) for cfg in configs)
+
+
+def takes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
+    """Whether :func:`matmul_tma` runs the TMA kernel for these operands (else the pointer kernel)."""
+    sixteen = (torch.float16, torch.bfloat16)
+    return a.dtype in sixteen and b.dtype == a.dtype and c.dtype in sixteen and descriptor_path(a, b, c)
+
+
+def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *args,
+                      **constexprs) -> None:
+    """Launch a persistent kernel ``kernel(a_desc, b_desc, c_desc, *args, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+    EPILOGUE_SUBTILE, NUM_SMS, **constexprs)``: on a GPU (or meta tensors) its ``autotuned`` form, one program
+    per SM, boxes set by each config's pre-hook; under the interpreter, :meth:`PersistentConfig.interpreted`
+    with two programs, so each walks several tiles."""
+    (m, k), n = a.shape, b.shape[0]
+    if a.device.type == "cpu":
+        cfg = PersistentConfig.interpreted(m, n, k)
+        c_box = [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]
+        descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
+                 TensorDescriptor.from_tensor(b, [cfg.block_n, cfg.block_k]), TensorDescriptor.from_tensor(c, c_box))
+        tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+        kernel[(min(_INTERP_SMS, tiles),)](
+            *descs, *args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M,
+            EPILOGUE_SUBTILE=cfg.subtile, NUM_SMS=_INTERP_SMS, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **constexprs)
+        return
+    sms = multiprocessors(a.device.index if a.device.index is not None else torch.cuda.current_device()) \
+        if a.device.type == "cuda" else _META_SMS
+    descs = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]  # boxes: set by _set_boxes
+
+    def grid(meta):
+        return (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])),)
+    autotuned[grid](*descs, *args, NUM_SMS=sms, **constexprs)
 
 
 def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
@@ -185,24 +218,7 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
     if not takes(a, b, c):
         matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
         return
-    (m, k), n = a.shape, b.shape[0]
-    if a.device.type == "cpu":
-        cfg = PersistentConfig.interpreted(m, n, k)
-        c_box = [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]
-        descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
-                 TensorDescriptor.from_tensor(b, [cfg.block_n, cfg.block_k]), TensorDescriptor.from_tensor(c, c_box))
-        tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-        _persistent_kernel[(min(_INTERP_SMS, tiles),)](
-            *descs, bias, m, n, k, bias.stride(0), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-            GROUP_M=_GROUP_M, EPILOGUE_SUBTILE=cfg.subtile, NUM_SMS=_INTERP_SMS, EPILOGUE=code,
-            RNE_BF16=needs_bf16_rounding(c), UPCAST_DOT=a.dtype == torch.bfloat16,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return
-    sms = multiprocessors(a.device.index if a.device.index is not None else torch.cuda.current_device()) \
-        if a.device.type == "cuda" else _META_SMS
-    descs = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]  # boxes: set by _set_boxes
-
-    def grid(meta):
-        return (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])),)
-    _persistent_autotuned[grid](*descs, bias, m, n, k, bias.stride(0), NUM_SMS=sms, EPILOGUE=code, RNE_BF16=False,
-                                UPCAST_DOT=False)
+    interpreted = a.device.type == "cpu"
+    launch_persistent(_persistent_kernel, _persistent_autotuned, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1],
+                      bias.stride(0), EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
+                      UPCAST_DOT=interpreted and a.dtype == torch.bfloat16)

@@ -8,21 +8,20 @@ shipped kernel's loop with one switch per bug, launched like the shipped launche
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.matmul import epilogue_code, grouped_tile, matmul
-from kernels.matmul_tma import PersistentConfig, _finish, takes
+from kernels.matmul_tma import _finish, launch_persistent, takes
 from kernels.rmsnorm import needs_bf16_rounding
-
-_SMS = 2
 
 
 @triton.jit
 def _planted_kernel(
     a_desc, b_desc, c_desc, bias_ptr, M, N, K, stride_bias,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr,
     NUM_SMS: tl.constexpr, EPILOGUE: tl.constexpr, RNE_BF16: tl.constexpr, UPCAST_DOT: tl.constexpr,
     STALE_TILE: tl.constexpr, SAME_HALF: tl.constexpr,
 ):  # fmt: skip
@@ -30,7 +29,7 @@ def _planted_kernel(
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     tile_id_c = start_pid - NUM_SMS
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, 8)
+        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
@@ -43,7 +42,7 @@ def _planted_kernel(
             tile_id_c = start_pid
         else:
             tile_id_c += NUM_SMS
-        pid_m, pid_n = grouped_tile(tile_id_c, M, N, BLOCK_M, BLOCK_N, 8)
+        pid_m, pid_n = grouped_tile(tile_id_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_cm = pid_m * BLOCK_M
         off_cn = pid_n * BLOCK_N
         if EPILOGUE_SUBTILE:
@@ -65,16 +64,9 @@ def _launch(a, b, bias, c, epilogue, **bugs) -> None:
     if not takes(a, b, c):
         matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
         return
-    (m, k), n = a.shape, b.shape[0]
-    cfg = PersistentConfig.interpreted(m, n, k)
-    descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
-             TensorDescriptor.from_tensor(b, [cfg.block_n, cfg.block_k]),
-             TensorDescriptor.from_tensor(c, [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]))
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-    _planted_kernel[(min(_SMS, tiles),)](
-        *descs, bias, m, n, k, bias.stride(0), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EPILOGUE_SUBTILE=cfg.subtile, NUM_SMS=_SMS, EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
-        UPCAST_DOT=str(a.dtype) == "torch.bfloat16", **{"STALE_TILE": False, "SAME_HALF": False, **bugs})
+    launch_persistent(_planted_kernel, None, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1], bias.stride(0),
+                      EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c), UPCAST_DOT=a.dtype == torch.bfloat16,
+                      **{"STALE_TILE": False, "SAME_HALF": False, **bugs})
 
 
 def control(*, a, b, bias, c, epilogue):
