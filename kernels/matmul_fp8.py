@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
-from kernels.matmul_tma import PersistentConfig, descriptor_path, launch_persistent, prune_boxes
 from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 _GROUP_M = 8
@@ -86,66 +85,6 @@ _matmul_fp8_autotuned = triton.autotune(
     prune_configs_by={"early_config_prune": prune_configs},
 )(_matmul_fp8_kernel)
 
-# Large M on sm_90+ (kernels.matmul_tma's rule): the same GEMM with TMA descriptors, persistent over the SMs. The
-# promoted accumulation holds a second fp32 accumulator, so tiles stay 128 x 128 (64 + 64 registers per thread
-# with 8 warps); 128-deep K blocks are 128 bytes of e4m3, the width the 16-bit GEMM gets from 64.
-TMA_CONFIGS = (
-    PersistentConfig(128, 128, 128, 8, 4, False),
-    PersistentConfig(128, 128, 128, 8, 3, True),
-    PersistentConfig(128, 128, 64, 4, 5, False),
-    PersistentConfig(128, 128, 128, 4, 4, True),
-)
-
-
-@triton.jit
-def _scaled_tile(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, stride_sa, stride_sb, RNE_BF16: tl.constexpr):
-    sa = tl.load(sa_ptr + offs_m * stride_sa, mask=offs_m < M, other=0.0)
-    sb = tl.load(sb_ptr + offs_n * stride_sb, mask=offs_n < N, other=0.0)
-    acc = acc * sa[:, None] * sb[None, :]
-    if RNE_BF16:
-        acc = round_to_bf16(acc)
-    return acc
-
-
-@triton.jit
-def _fp8_persistent_kernel(
-    a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, stride_sa, stride_sb,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, RNE_BF16: tl.constexpr, IMPRECISE_ACC: tl.constexpr,
-):  # fmt: skip
-    start_pid = tl.program_id(0)
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    tile_id_c = start_pid - NUM_SMS  # the epilogue's own tile counter: see kernels.matmul_tma
-    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(tl.cdiv(K, BLOCK_K)):  # TMA zero-fills past M, N and K
-            a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
-            b = b_desc.load([pid_n * BLOCK_N, ki * BLOCK_K])
-            acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE_ACC)
-        tile_id_c += NUM_SMS
-        pid_m, pid_n = grouped_tile(tile_id_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        off_cn = pid_n * BLOCK_N
-        if EPILOGUE_SUBTILE:
-            acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            offs_n0 = off_cn + tl.arange(0, BLOCK_N // 2)
-            acc0 = _scaled_tile(acc0, sa_ptr, sb_ptr, offs_m, offs_n0, M, N, stride_sa, stride_sb, RNE_BF16)
-            c_desc.store([pid_m * BLOCK_M, off_cn], acc0.to(c_desc.dtype))
-            acc1 = _scaled_tile(acc1, sa_ptr, sb_ptr, offs_m, offs_n0 + BLOCK_N // 2, M, N, stride_sa, stride_sb,
-                                RNE_BF16)
-            c_desc.store([pid_m * BLOCK_M, off_cn + BLOCK_N // 2], acc1.to(c_desc.dtype))
-        else:
-            acc = _scaled_tile(acc, sa_ptr, sb_ptr, offs_m, off_cn + tl.arange(0, BLOCK_N), M, N, stride_sa,
-                               stride_sb, RNE_BF16)
-            c_desc.store([pid_m * BLOCK_M, off_cn], acc.to(c_desc.dtype))
-
-
-_fp8_persistent_autotuned = triton.autotune(
-    configs=[c.as_triton() for c in TMA_CONFIGS], key=["M", "N", "K", "IMPRECISE_ACC"],
-    prune_configs_by={"early_config_prune": prune_boxes},
-)(_fp8_persistent_kernel)
-
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -178,11 +117,6 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     m, k = a.shape
     n = b.shape[0]
     if m == 0 or n == 0:
-        return
-    if c.dtype in (torch.bfloat16, torch.float16) and descriptor_path(a, b, c, TMA_CONFIGS):
-        launch_persistent(_fp8_persistent_kernel, _fp8_persistent_autotuned, a, b, c, scale_a, scale_b, m, n, k,
-                          stride_sa, stride_sb, RNE_BF16=needs_bf16_rounding(c),
-                          IMPRECISE_ACC=None if fast_accum or a.device.type == "cpu" else _PROMOTE_EVERY)
         return
     args = (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             stride_sa, stride_sb, c.stride(0), c.stride(1))
