@@ -84,3 +84,36 @@ def test_plan_job_needs_no_torch():
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_module_means_every_kernel_that_runs_it(tmp_path):
+    """A kernel module imported by another kernel's module (kernels.matmul's tile order in matmul_fp8), or named
+    by a spec (a second backend module), affects those kernels too; a module no spec reaches is everything."""
+    from harness.cli.affected import kernel_modules
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "specs" / "gemm.toml").write_text('[backends.tma]\nimpl = "kernels.gemm_tma:run"\n')
+    (tmp_path / "specs" / "fp8.toml").write_text('reference = "kernels.fp8:ref"\n')
+    (tmp_path / "specs" / "norm.toml").write_text('reference = "kernels.norm:ref"\n')
+    (tmp_path / "kernels" / "gemm.py").write_text("from kernels.norm import helper\n")
+    (tmp_path / "kernels" / "gemm_tma.py").write_text("import kernels.gemm\n")
+    (tmp_path / "kernels" / "fp8.py").write_text("def f():\n    from kernels import gemm\n")
+    (tmp_path / "kernels" / "norm.py").write_text("")
+    (tmp_path / "kernels" / "unused.py").write_text("")
+    known = ("fp8", "gemm", "norm")
+    uses = kernel_modules(tmp_path / "specs", tmp_path / "kernels", known)
+    assert uses == {"gemm": {"gemm", "gemm_tma", "norm"}, "fp8": {"fp8", "gemm", "norm"}, "norm": {"norm"}}
+    assert affected(["kernels/norm.py"], known, uses).kernels == ("fp8", "gemm", "norm")
+    assert affected(["kernels/gemm_tma.py"], known, uses).kernels == ("gemm",)
+    assert affected(["kernels/gemm.cu"], known, uses).kernels == ("fp8", "gemm")
+    assert affected(["kernels/unused.py"], known, uses).everything
+
+
+def test_the_repository_gemm_modules():
+    from harness.cli.affected import kernel_modules
+
+    repo = Path(__file__).resolve().parents[1]
+    known = [p.stem for p in (repo / "specs").glob("*.toml")]
+    uses = kernel_modules(repo / "specs", repo / "kernels", known)
+    assert {"int4_matmul", "matmul", "matmul_fp8"} <= set(affected(["kernels/matmul.py"], known, uses).kernels)

@@ -1,17 +1,20 @@
 """``affected``: which kernels a change touches, so the GPU job tests and gates only those.
 
-The rule (``affected``): ``specs/<k>.toml``, or ``kernels/<k>.py`` or ``kernels/<k>.cu`` (its CUDA C++
-source) of a kernel that has a spec, means that kernel; documentation (``docs/``, any ``*.md``, ``reports/``,
-a few repository files) means nothing; any other path means every kernel. Unknown paths count as
-everything on purpose: a helper module under ``kernels/`` or a change to ``harness/``, ``pyproject.toml`` or
-``noxfile.py`` (dependencies) can change any kernel's result, and a GPU run too many is cheaper than a
-regression let through.
+The rule (``affected``): ``specs/<k>.toml`` means kernel k; a module under ``kernels/`` (``<m>.py``, or
+``<m>.cu``, its CUDA C++ source) means every kernel that uses it: the modules its spec names (reference,
+backends, peers), and what those import from ``kernels``, transitively (:func:`kernel_modules`, read
+statically, no import). Documentation (``docs/``, any ``*.md``, ``reports/``, a few repository files) means
+nothing; any other path means every kernel. Unknown paths count as everything on purpose: a module no kernel
+uses as far as the static reading sees, or a change to ``harness/``, ``pyproject.toml`` or ``noxfile.py``
+(dependencies) can change any kernel's result, and a GPU run too many is cheaper than a regression let through.
 """
 
 from __future__ import annotations
 
+import ast
 import fnmatch
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -36,9 +39,60 @@ def _docs_only(path: str) -> bool:
     return any(fnmatch.fnmatch(path, pat) for pat in DOCS_ONLY)
 
 
-def affected(changed: Iterable[str], known: Iterable[str]) -> Affected:
-    """The kernels that ``changed`` (repository-relative paths, as git prints them) touch, of ``known``."""
+def _imported_kernels(path: Path) -> set[str]:
+    """The ``kernels.<m>`` modules a Python file imports (``import kernels.m``, ``from kernels.m import x``,
+    ``from kernels import m``), anywhere in it."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("kernels.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "kernels":
+                found |= {a.name for a in node.names}
+            elif node.module.startswith("kernels."):
+                found.add(node.module.split(".")[1])
+    return found
+
+
+_IMPORT_PATH = re.compile(r"""["']kernels\.([A-Za-z_][A-Za-z0-9_]*)[.:]""")
+
+
+def kernel_modules(specs_dir: Path, kernels_dir: Path, known: Iterable[str]) -> dict[str, set[str]]:
+    """For each kernel of ``known``: the ``kernels/`` modules it runs, i.e. those its spec names and,
+    transitively, what they import from ``kernels``."""
+    imports: dict[str, set[str]] = {}
+
+    def closure(mods: set[str]) -> set[str]:
+        todo, seen = list(mods), set()
+        while todo:
+            m = todo.pop()
+            if m in seen:
+                continue
+            seen.add(m)
+            if m not in imports:
+                imports[m] = _imported_kernels(kernels_dir / f"{m}.py")
+            todo += imports[m]
+        return seen
+
+    out = {}
+    for k in known:
+        try:
+            named = set(_IMPORT_PATH.findall((specs_dir / f"{k}.toml").read_text(encoding="utf-8")))
+        except OSError:
+            named = set()
+        out[k] = closure(named | {k})
+    return out
+
+
+def affected(changed: Iterable[str], known: Iterable[str], uses: Mapping[str, set[str]] | None = None) -> Affected:
+    """The kernels that ``changed`` (repository-relative paths, as git prints them) touch, of ``known``;
+    ``uses`` maps each kernel to the kernels/ modules it runs (:func:`kernel_modules`; default: its own)."""
     known = tuple(sorted(set(known)))
+    uses = uses if uses is not None else {k: {k} for k in known}
     found: set[str] = set()
     paths = sorted({p.strip() for p in changed if p.strip()})
     for path in paths:
@@ -46,8 +100,9 @@ def affected(changed: Iterable[str], known: Iterable[str]) -> Affected:
         if len(p.parts) == 2 and p.parts[0] == "specs" and p.suffix == ".toml":
             found.add(p.stem)  # a spec that was deleted names a kernel no longer here: filtered below
             continue
-        if len(p.parts) == 2 and p.parts[0] == "kernels" and p.suffix in (".py", ".cu") and p.stem in known:
-            found.add(p.stem)
+        users = {k for k in known if p.stem in uses.get(k, ())}
+        if len(p.parts) == 2 and p.parts[0] == "kernels" and p.suffix in (".py", ".cu") and users:
+            found |= users
             continue
         if _docs_only(path):
             continue
@@ -104,7 +159,8 @@ def cmd_affected(args) -> int:
     if args.all:
         result = Affected(tuple(known), True, "every kernel requested (--all)")
     elif args.base:
-        result = affected(changed_files(args.base, args.head, Path.cwd()), known)
+        uses = kernel_modules(Path(args.specs_dir), Path(args.specs_dir).parent / "kernels", known)
+        result = affected(changed_files(args.base, args.head, Path.cwd()), known, uses)
     else:
         raise BadInput("affected: give --base REV (or --all)")
     lines = output_lines(result)
