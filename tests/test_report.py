@@ -57,6 +57,9 @@ def test_report_written_with_its_pictures(rendered):
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert "roofline.png" in links
     assert {f"dist_{k}.png" for k in ("rmsnorm", "rope", "silu_and_mul")} <= set(links)
+    # a kernel's own roofline where it has three shapes or more (rope has two)
+    assert {"roofline_rmsnorm.png", "roofline_silu_and_mul.png"} <= set(links)
+    assert "roofline_rope.png" not in links
     for link in links:
         assert not link.startswith(("/", "http")), link  # relative, so the folder can move
         target = path.parent / link
@@ -290,3 +293,11 @@ def shape_label_of(case) -> str:
     from harness.report.plots import shape_label
 
     return cell(shape_label(case.shape))
+
+
+def test_varying_names_what_changes_between_shapes():
+    from harness.report.plots import varying
+
+    shapes = [{"M": 1, "N": 4096, "K": 4096}, {"M": 16, "N": 4096, "K": 4096}, {"M": 1, "N": 14336, "K": 4096}]
+    assert varying(shapes) == ["M", "N"]
+    assert varying(shapes[:1]) == []

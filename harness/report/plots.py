@@ -1,4 +1,6 @@
-"""Report pictures: the roofline and one distribution plot per kernel, PNG through matplotlib's Agg.
+"""Report pictures: the roofline, one distribution plot per kernel and, for a kernel benchmarked at three
+shapes or more, its own roofline (every provider's shapes joined in bench order, the candidate's labelled by
+what varies, so the shape where it stops leading is visible), PNG through matplotlib's Agg.
 
 matplotlib is optional: without it :func:`render_plots` returns no pictures and says why, and the
 report still renders. Figures are built with ``matplotlib.figure.Figure`` on an Agg canvas, never
@@ -25,6 +27,7 @@ class Plots:
 
     roofline: str | None = None
     dist: dict = field(default_factory=dict)   # kernel -> file name
+    kernel_roofline: dict = field(default_factory=dict)  # kernel -> file name (kernels with 3+ shapes)
     notes: tuple[str, ...] = ()
 
 
@@ -68,6 +71,18 @@ def render_plots(results: Results, out_dir: Path) -> Plots:
             notes.append(f"Distribution plot for {kernel} failed: {exc.__class__.__name__}: {exc}")
             continue
         dist[kernel] = name
+    per_kernel: dict = {}
+    for kernel in dict.fromkeys(c.kernel for c in results.cases):
+        points = [c for c in results.cases if c.kernel == kernel and _roofline_point(c) is not None]
+        if sum(c.role == "candidate" for c in points) < 3:
+            continue
+        name = f"roofline_{file_stem(kernel)}.png"
+        try:
+            _save(_kernel_roofline_figure(Figure, Canvas, results, kernel, points), Canvas, out_dir / name)
+        except Exception as exc:
+            notes.append(f"Roofline plot for {kernel} failed: {exc.__class__.__name__}: {exc}")
+            continue
+        per_kernel[kernel] = name
     roofline = None
     points = [c for c in results.cases if _roofline_point(c) is not None]
     if not points:
@@ -78,7 +93,7 @@ def render_plots(results: Results, out_dir: Path) -> Plots:
             roofline = "roofline.png"
         except Exception as exc:
             notes.append(f"Roofline plot failed: {exc.__class__.__name__}: {exc}")
-    return Plots(roofline=roofline, dist=dist, notes=tuple(notes))
+    return Plots(roofline=roofline, dist=dist, kernel_roofline=per_kernel, notes=tuple(notes))
 
 
 def _palette(Figure, n: int) -> list:
@@ -170,16 +185,9 @@ def _roofline_point(case: CaseResult) -> tuple[float, float] | None:
     return case.flops / case.bytes, case.tflops
 
 
-def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult]):
-    from matplotlib.lines import Line2D
-
-    fig = Figure(figsize=(10, 6.2))
-    Canvas(fig)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.09)  # fixed: transData is final at once
-    ax = fig.add_subplot()
-    xy = [_roofline_point(c) for c in points]
-    xs = [p[0] for p in xy]
-    ys = [p[1] for p in xy]
+def _roofs(ax, results: Results, points: list[CaseResult], xs: list[float], ys: list[float]) -> tuple:
+    """Log axes, the measured copy slope and the compute roofs of the dtypes ``points`` ran in; returns
+    (x_lo, x_hi, roof, bandwidth in TB/s or None) for the caller's limits and labels."""
     copy_gbps = results.ceilings.get("copy_gbps")
     # Only the ceilings of dtypes the cases ran in: near-equal peaks (bf16 and fp16) would overprint.
     dtypes = {c.compute or c.dtype for c in points}
@@ -199,6 +207,32 @@ def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult])
         ax.plot([start, x_hi], [peak, peak], color="dimgray", lw=1.2, ls="--")
         ax.annotate(f"matmul {dtype} {peak:,.4g} TFLOP/s", (x_hi / 1.2, peak * 1.05),
                     ha="right", va="bottom", fontsize=8, color="dimgray")
+    ax.set_xlim(x_lo, x_hi)
+    floor = min(ys + ([bw * x_lo] if bw else [])) / 2
+    ax.set_ylim(floor, roof * 2)
+    ax.set_xlabel("arithmetic intensity (flop / byte, bytes read + written)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(True, which="major", alpha=0.3)
+    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.yaxis)
+    if bw:  # label the slope along itself, high up where the points are not
+        x_text = math.sqrt(x_lo * (roof / bw if compute else x_hi)) * 2
+        p0, p1 = ax.transData.transform([(x_text, bw * x_text), (x_text * 2, bw * x_text * 2)])
+        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+        ax.annotate(f"measured copy {copy_gbps:,.0f} GB/s", (x_text, bw * x_text), xytext=(0, 5),
+                    textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=8)
+    return x_lo, x_hi, roof, bw
+
+
+def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult]):
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(10, 6.2))
+    Canvas(fig)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.09)  # fixed: transData is final at once
+    ax = fig.add_subplot()
+    xy = [_roofline_point(c) for c in points]
+    x_lo, _x_hi, roof, bw = _roofs(ax, results, points, [p[0] for p in xy], [p[1] for p in xy])
     kernels = list(dict.fromkeys(c.kernel for c in points))
     providers = list(dict.fromkeys(c.provider for c in points))
     kcolour = dict(zip(kernels, _palette(Figure, len(kernels)), strict=True))
@@ -209,31 +243,54 @@ def _roofline_figure(Figure, Canvas, results: Results, points: list[CaseResult])
     for (kernel, provider), pts in series.items():
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=kcolour[kernel], marker=pmarker[provider],
                    s=42, edgecolors="black", linewidths=0.4, zorder=3)
-    ax.set_xlim(x_lo, x_hi)
-    floor = min(ys + ([bw * x_lo] if bw else [])) / 2
-    ax.set_ylim(floor, roof * 2)
-    ax.set_xlabel("arithmetic intensity (flop / byte, bytes read + written)")
-    ax.set_ylabel("achieved TFLOP/s")
     ax.set_title("Roofline on measured ceilings (every ok case)")
-    ax.grid(True, which="major", alpha=0.3)
-    _plain_log_axis(ax.xaxis)
-    _plain_log_axis(ax.yaxis)
     first = ax.legend(handles=[Line2D([], [], ls="", marker="o", color=kcolour[k], label=k) for k in kernels],
                       title="kernel", loc="upper left", fontsize=8)
     ax.add_artist(first)
     ax.legend(handles=[Line2D([], [], ls="", marker=pmarker[p], color="gray", label=p) for p in providers],
               title="provider", loc="lower right", fontsize=8)
+    copy_gbps = results.ceilings.get("copy_gbps")
     read_gbps = (results.ceilings.get("bandwidth_gbps") or {}).get("read")
     if bw and read_gbps and read_gbps > copy_gbps:  # the roof of read-heavy kernels, above the copy slope
         rb = read_gbps / 1000.0
-        x_end_read = roof / rb if compute else x_hi
-        ax.plot([x_lo, x_end_read], [rb * x_lo, rb * x_end_read], color="dimgray", lw=1.0, ls=":")
+        ax.plot([x_lo, roof / rb], [rb * x_lo, roof], color="dimgray", lw=1.0, ls=":")
         ax.annotate(f"read only {read_gbps:,.0f} GB/s", (x_lo * 1.5, rb * x_lo * 1.5 * 1.3), fontsize=7,
                     color="dimgray")
-    if bw:  # label the slope along itself, high up where the points are not
-        x_text = math.sqrt(x_lo * x_end) * 2
-        p0, p1 = ax.transData.transform([(x_text, bw * x_text), (x_text * 2, bw * x_text * 2)])
-        angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
-        ax.annotate(f"measured copy {copy_gbps:,.0f} GB/s", (x_text, bw * x_text), xytext=(0, 5),
-                    textcoords="offset points", rotation=angle, rotation_mode="anchor", fontsize=8)
+    return fig
+
+
+def varying(shapes: list[dict]) -> list[str]:
+    """The shape symbols whose value differs between ``shapes``: what labels one kernel's points."""
+    keys = list(dict.fromkeys(k for s in shapes for k in s))
+    return [k for k in keys if len({repr(s.get(k)) for s in shapes}) > 1]
+
+
+def _kernel_roofline_figure(Figure, Canvas, results: Results, kernel: str, points: list[CaseResult]):
+    """One kernel: each provider's shapes in bench order joined by a line, the candidate's points labelled by
+    the symbols that vary, so the shape where another provider overtakes it reads off the picture."""
+    fig = Figure(figsize=(9, 5.6))
+    Canvas(fig)
+    fig.subplots_adjust(left=0.09, right=0.98, top=0.92, bottom=0.1)
+    ax = fig.add_subplot()
+    xy = {id(c): _roofline_point(c) for c in points}
+    _roofs(ax, results, points, [p[0] for p in xy.values()], [p[1] for p in xy.values()])
+    keys = varying([c.shape for c in points])
+    providers = list(dict.fromkeys(c.provider for c in sorted(points, key=lambda c: ROLE_ORDER.get(c.role, 3))))
+    colours = dict(zip(providers, _palette(Figure, len(providers)), strict=True))
+    for i, provider in enumerate(providers):
+        mine = [c for c in points if c.provider == provider]
+        candidate = mine[0].role == "candidate"
+        for dtype in dict.fromkeys(c.dtype for c in mine):
+            pts = [xy[id(c)] for c in mine if c.dtype == dtype]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[provider], lw=1.8 if candidate else 1,
+                    alpha=0.8, marker=MARKERS[i % len(MARKERS)], ms=7 if candidate else 5, mec="black", mew=0.4,
+                    label=f"{provider}{' (candidate)' if candidate else ''}" + (f" {dtype}" if len(
+                        {c.dtype for c in points}) > 1 else ""), zorder=4 if candidate else 3)
+        if candidate and keys:
+            for c in mine:
+                x, y = xy[id(c)]
+                ax.annotate(" ".join(f"{k}={c.shape.get(k)}" for k in keys), (x, y), xytext=(4, -9),
+                            textcoords="offset points", fontsize=6.5, color="black")
+    ax.set_title(f"{kernel}: every shape on the measured roofline, by provider")
+    ax.legend(loc="lower right", fontsize=8)
     return fig

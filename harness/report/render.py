@@ -203,7 +203,8 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
     full_table = _table(["shape", "dtype", "provider", "backend", "role", *FULL_STATS, "throttled dropped",
                          "bytes", "flops", "bound", "method", "seed"], full, right=tuple(range(5, 15)))
     return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
-            "plot": plots.dist.get(kernel), "full": full_table, "shapes": shapes_table(cases),
+            "plot": plots.dist.get(kernel), "roofline": plots.kernel_roofline.get(kernel), "full": full_table,
+            "shapes": shapes_table(cases),
             "n_ok": len(full)}
 
 
