@@ -107,3 +107,16 @@ def test_a_cache_without_intervals_is_measured_again(tmp_path, monkeypatch):
     path.write_text(json.dumps(data))
     again = measure_ceilings(torch.device("cpu"), cache_dir=tmp_path, progress=None)
     assert not again.cached and again.conditions and first.cached is False
+
+
+def test_the_compute_ceiling_is_the_best_of_its_shapes(monkeypatch):
+    """One square GEMM understates the roof (the H200 ran a long-K GEMM 17% faster than 8192^3): the ceiling is
+    the fastest of the shapes tried, and the line says which won and what the others reached."""
+    calls = iter([100.0, 50.0, 80.0])  # µs for each shape's median, in order: the second is the fastest
+    monkeypatch.setattr(ceil_mod, "_median_us", lambda fn, dev, cfg: (next(calls), [1.0, 1e9], "host"))
+    (rate, ci, method, shape), tried = ceil_mod._best_gemm(
+        torch.device("cpu"), ((64, 64, 64), (32, 32, 256), (64, 32, 64)), None,
+        lambda rows, cols, gen: torch.randn(rows, cols, generator=gen), torch.mm)
+    assert shape == (32, 32, 256) and rate == pytest.approx(2 * 32 * 32 * 256 / 50.0 / 1e6)
+    assert method == "host" and ci[0] <= rate <= ci[1]
+    assert tried.startswith(" (best of 3; 64^3 ") and "64x32x64" in tried

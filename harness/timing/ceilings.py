@@ -44,7 +44,12 @@ DATASHEET = {
     "NVIDIA A100-SXM4-80GB": {"copy_gbps": 2040.0, "matmul_tflops": {"bf16": 312.0}},
 }
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
+# The compute ceiling is the best of a few dense GEMM shapes (M, N, K), as each bandwidth pattern is the best
+# of several probes: one square shape alone understates it (the H200 ran 8192^3 at 710 TFLOP/s in bf16 and
+# 4096 x 4096 x 14336 at 830 in the same run, reports/h200/results.json of 2026-12-01), and a kernel measured
+# above its roof reads as a model error.
 _GPU = {"copy_bytes": 1 << 30, "matmul_n": 8192,
+        "matmul_shapes": ((8192, 8192, 8192), (4096, 4096, 16384), (4096, 16384, 4096)),
         "copy_cfg": TimingConfig(min_samples=10, max_samples=200, min_time_s=0.05, timeout_s=5.0),
         "matmul_cfg": TimingConfig(min_samples=5, max_samples=50, min_time_s=0.1, timeout_s=6.0)}
 _CPU = {"copy_bytes": 256 << 20, "matmul_n": 2048, "slow_matmul_n": 512, "slow_call_limit_s": 0.5,
@@ -252,21 +257,19 @@ def _matmul_tflops(dev, sizes, progress: Progress | None = None) -> tuple[dict, 
                         if progress:
                             progress(f"ceilings: matmul {name}: {notes[-1].split(': ', 1)[1]}")
                         continue
-            gen = torch.Generator(device=dev).manual_seed(0)
-            a = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)  # random: zeros run faster
-            b = torch.randn(n, n, dtype=dtype, device=dev, generator=gen)
-            c = torch.empty(n, n, dtype=dtype, device=dev)
             t0 = time.monotonic()
-            median, ci, method = _median_us(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), dev,
-                                            sizes["matmul_cfg"])
-            out[name] = 2.0 * n ** 3 / median / 1e6
+            shapes = (sizes.get("matmul_shapes") if n == sizes["matmul_n"] else None) or ((n, n, n),)
+            (out[name], ci, method, shape), tried = _best_gemm(
+                dev, shapes, sizes["matmul_cfg"],
+                lambda rows, cols, gen, dtype=dtype: torch.randn(rows, cols, dtype=dtype, device=dev, generator=gen),
+                torch.mm)
             if ci:
-                spread[name] = [2.0 * n ** 3 / ci[1] / 1e6, 2.0 * n ** 3 / ci[0] / 1e6]
+                spread[name] = ci
             if progress:
-                progress(f"ceilings: matmul {name} via torch.mm {n}^3: {_rate(out[name], spread.get(name), 'TFLOP/s')}"
-                         f" ({time.monotonic() - t0:.1f} s)")
-            notes.append(f"{name}: {n}^3 torch.mm on random normal data ({method})")
-            del a, b, c  # free before the next dtype's buffers
+                progress(f"ceilings: matmul {name} via torch.mm {_shape(shape)}: "
+                         f"{_rate(out[name], ci, 'TFLOP/s')}{tried} ({time.monotonic() - t0:.1f} s)")
+            notes.append(f"{name}: torch.mm on random normal data, the best of {', '.join(map(_shape, shapes))} "
+                         f"({method})")
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     finally:
@@ -276,31 +279,57 @@ def _matmul_tflops(dev, sizes, progress: Progress | None = None) -> tuple[dict, 
     return out, spread, notes
 
 
+def _shape(mnk) -> str:
+    m, n, k = mnk
+    return f"{m}^3" if m == n == k else f"{m}x{n}x{k}"
+
+
+def _best_gemm(dev, shapes, cfg, make, run, make_b=None) -> tuple[tuple, str]:
+    """The fastest of ``run(a [M, K], b [K, N])`` over ``shapes``: ((TFLOP/s, its 95% interval or None,
+    the timing method, the shape), a note on the others tried). Operands come from ``make(rows, cols, gen)``
+    (b from ``make_b(K, N, gen)`` if given), random: zeros run faster."""
+    rates = []
+    for m, n, k in shapes:
+        gen = torch.Generator(device=dev).manual_seed(0)
+        a, b = make(m, k, gen), (make_b or make)(k, n, gen)
+        median, ci, method = _median_us(lambda a=a, b=b: run(a, b), dev, cfg)
+        flops = 2.0 * m * n * k
+        rates.append((flops / median / 1e6, [flops / ci[1] / 1e6, flops / ci[0] / 1e6] if ci else None, method,
+                      (m, n, k)))
+        del a, b
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    best = max(rates, key=lambda r: r[0])
+    others = [f"{_shape(r[3])} {r[0]:,.4g}" for r in rates if r is not best]
+    return best, (f" (best of {len(rates)}; {', '.join(others)})" if others else "")
+
+
 def _fp8_tflops(dev, sizes, out: dict, spread: dict, notes: list, progress: Progress | None) -> None:
     """FP8 (e4m3) dense rate through ``torch._scaled_mm`` (cuBLASLt), per-tensor scales, bf16 output, the
     default (exact, not fast) accumulation: the ceiling an FP8 GEMM's roofline (``compute = "fp8"``) uses."""
-    n = sizes["matmul_n"]
-    gen = torch.Generator(device=dev).manual_seed(0)
-    a = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+    shapes = sizes.get("matmul_shapes") or ((sizes["matmul_n"],) * 3,)
     one = torch.ones((), device=dev)
     t0 = time.monotonic()
+
+    def make(rows, cols, gen):
+        return torch.randn(rows, cols, device=dev, generator=gen).to(torch.float8_e4m3fn)
+
+    def make_b(k, n, gen):  # [K, N] column-major, as cuBLASLt wants: made [N, K] and transposed (a view)
+        return make(n, k, gen).t()
     try:
-        median, ci, method = _median_us(
-            lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), dev,
-            sizes["matmul_cfg"])
+        best, tried = _best_gemm(dev, shapes, sizes["matmul_cfg"], make, lambda a, b: torch._scaled_mm(
+            a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), make_b)
     except (RuntimeError, AttributeError) as exc:  # a torch without _scaled_mm, or a cuBLASLt that refuses it
         notes.append(f"fp8: not measured ({str(exc).splitlines()[0][:120]})")
         return
-    out["fp8"] = 2.0 * n ** 3 / median / 1e6
+    out["fp8"], ci, method, shape = best
     if ci:
-        spread["fp8"] = [2.0 * n ** 3 / ci[1] / 1e6, 2.0 * n ** 3 / ci[0] / 1e6]
+        spread["fp8"] = ci
     if progress:
-        progress(f"ceilings: matmul fp8 (e4m3) via torch._scaled_mm {n}^3: "
-                 f"{_rate(out['fp8'], spread.get('fp8'), 'TFLOP/s')} ({time.monotonic() - t0:.1f} s)")
-    notes.append(f"fp8: {n}^3 torch._scaled_mm, e4m3 inputs, per-tensor scales, bf16 output ({method})")
-    del a, b
-    torch.cuda.empty_cache()
+        progress(f"ceilings: matmul fp8 (e4m3) via torch._scaled_mm {_shape(shape)}: "
+                 f"{_rate(out['fp8'], spread.get('fp8'), 'TFLOP/s')}{tried} ({time.monotonic() - t0:.1f} s)")
+    notes.append(f"fp8: torch._scaled_mm, e4m3 inputs, per-tensor scales, bf16 output, the best of "
+                 f"{', '.join(map(_shape, shapes))} ({method})")
 
 
 def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
@@ -311,8 +340,9 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
     (a line each, to stderr by default: measuring takes minutes)."""
     dev = resolve_device(device)
     name = torch.cuda.get_device_properties(dev).name if dev.type == "cuda" else cpu_model()
-    # "probes" names the set measured: a cache from before the FP8 probe lacks its rate, so it is measured again
-    key = {"device": name, "driver": _driver(dev), "torch": torch.__version__, "probes": 2}
+    # "probes" names the set measured: a cache from before a probe changed (2: the FP8 rate; 3: the best of
+    # several GEMM shapes) is measured again
+    key = {"device": name, "driver": _driver(dev), "torch": torch.__version__, "probes": 3}
     path = _cache_path(cache_dir, key)
     if not refresh and (hit := _load(path, key)) is not None:
         return hit
