@@ -11,6 +11,7 @@ whose ASTSource forms are the same).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 import os
@@ -18,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from harness.aot import amd
+from harness.aot import amd, parallel
 from harness.aot.launches import LaunchRecord, as_jit_function, intercept_launches, jit_language, record_launches
 from harness.aot.nvcc import (
     ARCH_LIMITS,
@@ -181,8 +182,9 @@ def _native_stderr():
             os.close(saved)
             tmp.seek(0)
             captured.text = tmp.read().decode(errors="replace")
-    if captured.text:
+    if captured.text:  # in one write, flushed: compiles in parallel workers do not interleave mid-line
         sys.stderr.write(captured.text)
+        sys.stderr.flush()
 
 
 def llvm_errors(text: str) -> list[str]:
@@ -211,17 +213,52 @@ def _base(record: LaunchRecord, arch: str, options: dict) -> dict:
                 config=record.config_label(options["num_warps"], options["num_stages"]))
 
 
-def compile_all(records: list[LaunchRecord], archs=DEFAULT_ARCHS) -> list[CompileResult]:
-    """compile_launch for every distinct launch (identical launches compile once) x arch."""
-    seen, out = set(), []
+def compile_all(records: list[LaunchRecord], archs=DEFAULT_ARCHS, jobs: int | None = None) -> list[CompileResult]:
+    """compile_launch for every distinct launch (identical launches compile once) x arch, in that order.
+
+    `jobs` worker processes compile them (default: harness.aot.parallel.jobs(), every core, or
+    $KH_MATRIX_JOBS); 1 compiles here, one after the other. A worker that dies (a crash in LLVM) or raises
+    fails its own launch x arch only, with the reason in `error`."""
+    seen, work = set(), []
     for rec in records:
         key = (id(as_jit_function(rec.jit_fn)), tuple(rec.signature.items()),
                tuple((k, repr(v)) for k, v in rec.constexprs.items()), rec.divisible_by_16, rec.num_warps,
                rec.num_stages, tuple(sorted((k, repr(v)) for k, v in rec.options.items())))
         if key not in seen:
             seen.add(key)
-            out += [compile_launch(rec, a) for a in archs]
-    return out
+            work += [(rec, a) for a in archs]
+    workers = min(parallel.jobs(jobs), len(work))
+    if workers <= 1:
+        return [compile_launch(rec, a) for rec, a in work]
+    _prewarm()
+    # the records stay in the parent (their JITFunctions do not pickle): a worker gets an index into `work`,
+    # inherited through fork, and sends back the result without its record, which is put back here
+    strip = lambda i: dataclasses.replace(compile_launch(*work[i]), record=None)
+    results = parallel.fork_map(strip, len(work), workers, lambda i, why: _worker_failed(*work[i], why))
+    return [dataclasses.replace(r, record=rec) for r, (rec, _) in zip(results, work, strict=True)]
+
+
+def _worker_failed(record: LaunchRecord, arch: str | int, why: str) -> CompileResult:
+    arch_name = normalize_arch(arch)[0]
+    options = {"num_warps": record.num_warps, "num_stages": record.num_stages}
+    with contextlib.suppress(Exception):  # the config label compile_launch would have given it
+        options = _target_and_options(record, arch_name)[1]
+    return CompileResult(**_base(record, arch_name, options), ok=False, error=why, detail=why)
+
+
+def _prewarm() -> None:
+    """Once in the parent, before the workers fork, what each of them would otherwise repeat: importing
+    Triton's compiler and backends, and Triton's warn-once notices (printed once, as a serial run prints them,
+    not once per worker)."""
+    import importlib
+
+    for name in ("triton.compiler", "triton.backends.nvidia.compiler", "triton.backends.amd.compiler"):
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    with contextlib.suppress(Exception):
+        from triton import knobs
+
+        knobs.language.fp_fusion_enabled(None)  # triton 3.9: warns that the FP fusion default will change
 
 
 # ---------------------------------------------------------------------------------------------- checks

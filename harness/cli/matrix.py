@@ -24,6 +24,9 @@ def _options(p) -> None:
                    help="also compile the targets a spec waives, listing their problems as waived")
     p.add_argument("--out", help="write the per kernel x target entries here (JSON; the report reads "
                                  "matrix.json next to results.json)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="compile Triton kernels in N worker processes (default: $KH_MATRIX_JOBS, else every "
+                        "core; 1: one after the other in this process)")
 
 
 def meta_args(spec, case, dtype) -> dict:
@@ -79,6 +82,7 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
                    "shared memory / LDS, occupancy")
 @options(_options)
 def cmd_matrix(args) -> int:
+    from harness.aot import parallel
     from harness.aot.nvcc import build_cuda, torch_extension_flags
     from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable, triton_entries, unclaimed_nvidia
     from harness.aot.triton import compile_all, render_table, table_rows
@@ -90,8 +94,14 @@ def cmd_matrix(args) -> int:
         archs = parse_targets(args.arch) or DEFAULT_ARCHS
     except ArchError as exc:
         raise BadInput(f"--arch: {exc}") from None
+    try:
+        jobs = parallel.jobs(args.jobs)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    print(f"matrix: compiling Triton kernels in {jobs} worker process{'es' if jobs != 1 else ''}",
+          file=sys.stderr, flush=True)
     nvidia, amd = tuple(a for a in archs if not is_amd(a)), tuple(a for a in archs if is_amd(a))
-    problems, rows, entries = [], [], []
+    problems, rows, entries, compiled = [], [], [], {}
     for spec in load_specs(spec_paths([], args.specs_dir, args.kernel)):
         waived = {a: r for a in archs if (r := matrix_waiver(spec.waivers, a)) is not None and not args.compile_waived}
         for backend in spec.backends.values():
@@ -123,11 +133,26 @@ def cmd_matrix(args) -> int:
                 continue
             records, errors = triton_launches(spec, backend)
             problems += errors
-            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(checked)} archs",
-                  file=sys.stderr, flush=True)
-            table = [dataclasses.replace(r, kernel=f"{spec.name}:{r.kernel}")
-                     for r in table_rows(compile_all(records, checked))]
-            rows += table
+            # a backend that hands some launches to another's kernel (matmul's triton_tma to the pointer
+            # kernel) records them too: each is compiled once, and every backend that launches it is judged by it
+            need: dict[tuple, list] = {}  # the archs a launch still lacks -> those launches
+            for r in records:
+                have = compiled.get((spec.name, config_key(r)), {})
+                if missing := tuple(a for a in checked if a not in have):
+                    need.setdefault(missing, []).append(r)
+            todo = sum(len(rs) * len(m) for m, rs in need.items())
+            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(checked)} archs"
+                  + (f" ({len(records) * len(checked) - todo} compiled already)" if todo < len(records) * len(checked)
+                     else ""), file=sys.stderr, flush=True)
+            fresh = set()
+            for missing, recs in need.items():
+                for res in compile_all(recs, missing, jobs):
+                    compiled.setdefault((spec.name, config_key(res.record)), {})[res.arch] = res
+                    fresh.add(id(res))
+            results = [compiled[(spec.name, config_key(r))][a] for r in records for a in checked
+                       if a in compiled.get((spec.name, config_key(r)), {})]
+            table = [dataclasses.replace(t, kernel=f"{spec.name}:{t.kernel}") for t in table_rows(results)]
+            rows += [t for t, res in zip(table, results, strict=True) if id(res) in fresh]
             entries += triton_entries(spec.name, backend.name, checked, table, spec.waivers)
     if rows:
         print(render_table(rows))
