@@ -54,6 +54,22 @@ def planted_spec(tmp_path: Path, template: str, impl: str):
     return load(path)
 
 
+def spec_variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """specs/<name>.toml copied to tmp_path with ``old`` (which must be there) replaced by ``new``."""
+    text = (REPO / "specs" / f"{name}.toml").read_text()
+    assert old in text, f"specs/{name}.toml changed: no {old!r}"
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def with_backend(tmp_path: Path, name: str, old_impl: str, impl: str):
+    """The loaded specs/<name>.toml whose backend ``impl = "<old_impl>"`` is ``impl`` instead (a planted kernel)."""
+    from harness.spec.load import load
+
+    return load(spec_variant(tmp_path, name, f'impl = "{old_impl}"', f'impl = "{impl}"'))
+
+
 def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
     """Every case of ``tiers`` in every dtype through the generated checks with the spec's triton backend:
     {(dtype, failing check): ['case: message', ...]}; a crash is an outcome, under "error"."""

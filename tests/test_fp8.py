@@ -15,23 +15,18 @@ from harness.correctness.args import make_args, reference_dtype
 from harness.correctness.poison import PADS, POISON
 from harness.spec.load import load as load_spec
 from harness.spec.schema import SpecError
-from tests.e2e import run_all
+from tests.e2e import run_all, spec_variant, with_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "matmul_fp8.toml"
 
 
 def variant(tmp_path: Path, old: str, new: str) -> Path:
-    text = SPEC.read_text()
-    assert old in text
-    path = tmp_path / "matmul_fp8.toml"
-    path.write_text(text.replace(old, new))
-    return path
+    return spec_variant(tmp_path, "matmul_fp8", old, new)
 
 
 def planted(tmp_path: Path, impl: str):
-    return load_spec(variant(tmp_path, 'impl = "kernels.matmul_fp8:matmul_fp8"',
-                             f'impl = "tests.planted.fp8_kernels:{impl}"'))
+    return with_backend(tmp_path, "matmul_fp8", "kernels.matmul_fp8:matmul_fp8", f"tests.planted.fp8_kernels:{impl}")
 
 
 def test_unknown_fp8_dtype_and_compute_precision_are_one_line_errors(tmp_path):

@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from harness.spec.load import load as load_spec
-from tests.e2e import run_all
+from tests.e2e import run_all, with_backend
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "int4_matmul.toml"
-IMPL = 'impl = "kernels.int4_matmul:int4_matmul"'
 GROUP = 128
 
 
@@ -73,11 +72,7 @@ def floored_group_count(*, a, w, scales, zeros, c):
 
 def planted_spec(tmp_path: Path, impl: str):
     """specs/int4_matmul.toml with its triton backend ``tests.test_int4_planted:<impl>`` (the name must stay)."""
-    text = SPEC.read_text()
-    assert IMPL in text, f"{SPEC} changed: no {IMPL!r}"
-    path = tmp_path / "int4_matmul.toml"
-    path.write_text(text.replace(IMPL, f'impl = "tests.test_int4_planted:{impl}"'))
-    return load_spec(path)
+    return with_backend(tmp_path, "int4_matmul", "kernels.int4_matmul:int4_matmul", f"tests.test_int4_planted:{impl}")
 
 
 def _cases(messages: list[str]) -> set[str]:

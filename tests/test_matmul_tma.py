@@ -11,12 +11,8 @@ import pytest
 import torch
 
 from harness.aot.launches import intercept_launches, record_launches
-from harness.spec.load import load as load_spec
 from kernels.matmul_tma import CONFIGS, matmul_tma, takes
-from tests.e2e import run_all
-
-SPEC = Path(__file__).resolve().parents[1] / "specs" / "matmul.toml"
-TRITON_IMPL = 'impl = "kernels.matmul:matmul"'
+from tests.e2e import run_all, with_backend
 
 
 def _operands(m, n, k, device="cpu", dtype=torch.bfloat16):
@@ -66,11 +62,7 @@ def test_matrix_records_every_config_with_its_boxes():
 
 
 def _spec_with(tmp_path: Path, impl: str):
-    text = SPEC.read_text()
-    assert TRITON_IMPL in text, f"{SPEC} changed: no {TRITON_IMPL!r}"
-    path = tmp_path / "matmul.toml"
-    path.write_text(text.replace(TRITON_IMPL, f'impl = "{impl}"'))
-    return load_spec(path)
+    return with_backend(tmp_path, "matmul", "kernels.matmul:matmul", impl)
 
 
 def test_shipped_kernel_and_control_pass(tmp_path):

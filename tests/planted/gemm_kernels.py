@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.matmul import MatmulConfig, fused_epilogue, _matmul_kernel, epilogue_code, matmul, matmul_ref
+from kernels.matmul import MatmulConfig, _matmul_kernel, epilogue_code, fused_epilogue, matmul, matmul_ref
 from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 __all__ = ["matmul", "matmul_ref", "matmul_drops_k_tail", "matmul_16bit_accumulator"]
