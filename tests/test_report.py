@@ -301,3 +301,27 @@ def test_varying_names_what_changes_between_shapes():
     shapes = [{"M": 1, "N": 4096, "K": 4096}, {"M": 16, "N": 4096, "K": 4096}, {"M": 1, "N": 14336, "K": 4096}]
     assert varying(shapes) == ["M", "N"]
     assert varying(shapes[:1]) == []
+
+
+def test_a_kernel_below_target_carries_its_specs_gap(tmp_path, no_plots):
+    """The spec's [roofline] gap is quoted under a kernel whose candidate fell short in this run, with a note
+    when the spec changed after the run; a kernel that met its target gets no such line."""
+    from harness.report.gaps import spec_gaps
+    from tests.e2e import write_spec
+
+    spec = write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale")
+    text = spec.read_text()
+    spec.write_text(text.replace("[roofline]\n", '[roofline]\ngap = """Latency-bound:\n too few loads in flight."""\n'))
+    base = synthetic_results()
+    kernel = base.cases[0].kernel
+    cases = tuple(replace(c, kernel="scale", verdict="below-target") if c.kernel == kernel else c for c in base.cases)
+    env = {**base.environment, "spec_sha256": {str(spec): "0" * 64}}
+    results = replace(base, cases=cases, environment=env)
+    gaps = spec_gaps(results)
+    assert set(gaps) == {"scale"} and gaps["scale"].text == "Latency-bound: too few loads in flight."
+    assert gaps["scale"].edited
+    out = render_report(results, tmp_path / "out").read_text()
+    section = out[out.index("\n### scale"):]
+    assert "the spec says why** (`" in section and "edited since this run" in section
+    met = replace(results, cases=tuple(replace(c, verdict="pass") if c.kernel == "scale" else c for c in cases))
+    assert spec_gaps(met) == {}

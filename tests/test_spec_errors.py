@@ -78,6 +78,7 @@ CASES = [
     ('vary = { rows = [0, 1], cols = [1, 83] }', 'vary = { rows = [1], cols = [83] }', "cases.edge: no generated case has a 0-size dimension"),
     ('bytes = "bytes_x + bytes_w + bytes_out"', 'bytes = "bytes_x + bytes_y"', "roofline.bytes: undefined symbol 'bytes_y'"),
     ('target = 0.5', 'target = 1.5', "roofline.target: must be a fraction in [0, 1], got 1.5"),
+    ('target = 0.5', 'target = 0.5\ngap = " "', "roofline.gap: expected why the kernel is below its target"),
     ('bytes = "bytes_x + bytes_w + bytes_out"', 'bytes = "bytes_x"\nread_bytes = "bytes_x"',
      "roofline.read_bytes: give bytes, or read_bytes and write_bytes, not both"),
     ('bytes = "bytes_x + bytes_w + bytes_out"', 'read_bytes = "bytes_x + bytes_w"', "roofline.write_bytes: required with read_bytes"),

@@ -17,6 +17,7 @@ from harness import __version__
 from harness.report.ceilings import ceilings_section, ceilings_when
 from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, num, pct, speedup, verdict
 from harness.report.cells import table as _table
+from harness.report.gaps import spec_gaps
 from harness.report.matrix import static_matrix
 from harness.report.plots import Plots, render_plots, shape_label
 from harness.report.profile import insert_profile
@@ -267,6 +268,7 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
     env = results.environment
     date = str(env.get("date") or env.get("timestamp") or "")
     kernels = list(dict.fromkeys(c.kernel for c in results.cases))
+    gaps = spec_gaps(results)
     return {
         "device": cell(env.get("device") or "unknown device"),
         "arch": code(env["arch"]) if env.get("arch") else "",
@@ -281,7 +283,8 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "waivers": _table(["kernel", "what", "reason"],
                           [[cell(w.kernel), cell(w.what), cell(w.reason)] for w in results.waivers]),
         "not_measured": _not_measured(results.cases),
-        "kernels": [_kernel_section(k, [c for c in results.cases if c.kernel == k], plots) for k in kernels],
+        "kernels": [{**_kernel_section(k, [c for c in results.cases if c.kernel == k], plots), "gap": gaps.get(k)}
+                    for k in kernels],
         "plots": plots,
         "provenance": _provenance(results, results_name),
         "results_name": results_name,

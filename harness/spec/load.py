@@ -382,7 +382,8 @@ def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:
-    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target", "compute"], "roofline", required=["flops"])
+    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target", "compute", "gap"], "roofline",
+           required=["flops"])
     split = [k for k in ("read_bytes", "write_bytes") if k in t]
     if "bytes" in t and split:
         r.problem(f"roofline.{split[0]}", "give bytes, or read_bytes and write_bytes, not both")
@@ -407,4 +408,7 @@ def _roofline(r: Reader, t: dict) -> Roofline | None:
     if compute is not None and compute not in COMPUTE_PRECISIONS:
         r.problem("roofline.compute", f'unknown precision "{compute}"{did_you_mean(compute, COMPUTE_PRECISIONS)} '
                                       f'(one of {", ".join(COMPUTE_PRECISIONS)})')
-    return Roofline(b, f, target, rd, wr, compute) if b and f else None
+    gap = r.get(t, "gap", str, "roofline", default=None)
+    if gap is not None and not gap.strip():
+        r.problem("roofline.gap", "expected why the kernel is below its target, got an empty string")
+    return Roofline(b, f, target, rd, wr, compute, " ".join(gap.split()) if gap else None) if b and f else None

@@ -166,6 +166,9 @@ class Roofline:
     # The precision whose measured matmul rate is the compute ceiling ("fp8" for an FP8 GEMM with a bf16
     # output); None: the case dtype.
     compute: str | None = None
+    # Why the kernel is below its target where it is, in the author's words (measurements, the bound, the next
+    # step): the report prints it under a kernel whose run fell short, so a verdict is never left unexplained.
+    gap: str | None = None
 
     def compute_dtype(self, case_dtype: str) -> str:
         return self.compute or case_dtype

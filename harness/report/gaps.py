@@ -1,0 +1,43 @@
+"""A kernel below its roofline target, explained: the spec's ``[roofline] gap`` text, printed in the report under
+a kernel whose run fell short of its target.
+
+The results name the spec files they were measured with and their SHA-256 (``environment.spec_sha256``): the
+text is read from those files where they still exist, and the report says when a spec was edited after the run
+(the explanation may then describe newer code than was measured). Reading a spec needs no torch, so the
+torch-free ``nox -s report`` environment can do it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.results.model import Results
+
+
+@dataclass(frozen=True)
+class Gap:
+    kernel: str
+    text: str
+    source: str          # the spec file, as the results name it
+    edited: bool         # the file's SHA-256 differs from the one recorded with the results
+
+
+def spec_gaps(results: Results, root: Path | None = None) -> dict[str, Gap]:
+    """kernel -> its spec's gap text, for the kernels with at least one candidate case below its target."""
+    from harness.spec.load import load
+    from harness.spec.schema import SpecError
+
+    below = {c.kernel for c in results.cases if c.role == "candidate" and c.verdict == "below-target"}
+    gaps: dict[str, Gap] = {}
+    for name, sha in (results.environment.get("spec_sha256") or {}).items():
+        path = Path(name) if root is None or Path(name).is_absolute() else root / name
+        try:
+            data = path.read_bytes()
+            spec = load(path)
+        except (OSError, SpecError):
+            continue  # moved or broken since the run: the report has nothing to quote
+        if spec.name in below and spec.roofline is not None and spec.roofline.gap:
+            gaps[spec.name] = Gap(spec.name, spec.roofline.gap, name, hashlib.sha256(data).hexdigest() != sha)
+    return gaps
