@@ -265,32 +265,51 @@ def varying(shapes: list[dict]) -> list[str]:
     return [k for k in keys if len({repr(s.get(k)) for s in shapes}) > 1]
 
 
+def _sweeps(cases: list[CaseResult]) -> tuple[str | None, dict[tuple, list[CaseResult]]]:
+    """The symbol the shapes sweep (of those that vary, the one with the most values) and the cases grouped by
+    every other varying symbol, each group in the sweep's order: the lines of a kernel's roofline."""
+    keys = varying([c.shape for c in cases])
+    if not keys:
+        return None, {(): list(cases)}
+    sweep = max(keys, key=lambda k: len({repr(c.shape.get(k)) for c in cases}))
+    rest = [k for k in keys if k != sweep]
+    groups: dict[tuple, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault(tuple((k, c.shape.get(k)) for k in rest), []).append(c)
+    order = lambda c: (not isinstance(c.shape.get(sweep), (int, float)), c.shape.get(sweep), str(c.shape.get(sweep)))
+    return sweep, {g: sorted(cs, key=order) for g, cs in groups.items()}
+
+
 def _kernel_roofline_figure(Figure, Canvas, results: Results, kernel: str, points: list[CaseResult]):
-    """One kernel: each provider's shapes in bench order joined by a line, the candidate's points labelled by
-    the symbols that vary, so the shape where another provider overtakes it reads off the picture."""
+    """One kernel: each provider's shapes joined along the symbol they sweep (one line per setting of the other
+    symbols), the candidate's points labelled, so the shape where another provider overtakes it reads off."""
     fig = Figure(figsize=(9, 5.6))
     Canvas(fig)
     fig.subplots_adjust(left=0.09, right=0.98, top=0.92, bottom=0.1)
     ax = fig.add_subplot()
     xy = {id(c): _roofline_point(c) for c in points}
     _roofs(ax, results, points, [p[0] for p in xy.values()], [p[1] for p in xy.values()])
-    keys = varying([c.shape for c in points])
     providers = list(dict.fromkeys(c.provider for c in sorted(points, key=lambda c: ROLE_ORDER.get(c.role, 3))))
     colours = dict(zip(providers, _palette(Figure, len(providers)), strict=True))
+    dtypes = list(dict.fromkeys(c.dtype for c in points))
     for i, provider in enumerate(providers):
         mine = [c for c in points if c.provider == provider]
         candidate = mine[0].role == "candidate"
-        for dtype in dict.fromkeys(c.dtype for c in mine):
-            pts = [xy[id(c)] for c in mine if c.dtype == dtype]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[provider], lw=1.8 if candidate else 1,
-                    alpha=0.8, marker=MARKERS[i % len(MARKERS)], ms=7 if candidate else 5, mec="black", mew=0.4,
-                    label=f"{provider}{' (candidate)' if candidate else ''}" + (f" {dtype}" if len(
-                        {c.dtype for c in points}) > 1 else ""), zorder=4 if candidate else 3)
-        if candidate and keys:
-            for c in mine:
-                x, y = xy[id(c)]
-                ax.annotate(" ".join(f"{k}={c.shape.get(k)}" for k in keys), (x, y), xytext=(4, -9),
-                            textcoords="offset points", fontsize=6.5, color="black")
-    ax.set_title(f"{kernel}: every shape on the measured roofline, by provider")
+        for dtype in dtypes:
+            sweep, groups = _sweeps([c for c in mine if c.dtype == dtype])
+            for j, (group, cs) in enumerate(groups.items()):
+                pts = [xy[id(c)] for c in cs]
+                label = f"{provider}{' (candidate)' if candidate else ''}" + (f" {dtype}" if len(dtypes) > 1 else "")
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[provider], lw=1.8 if candidate else 1,
+                        alpha=0.8, marker=MARKERS[i % len(MARKERS)], ms=7 if candidate else 5, mec="black", mew=0.4,
+                        label=label if j == 0 else None, zorder=4 if candidate else 3)
+                if candidate and sweep:
+                    for c, (x, y) in zip(cs, pts, strict=True):
+                        ax.annotate(f"{sweep}={c.shape.get(sweep)}", (x, y), xytext=(4, -9),
+                                    textcoords="offset points", fontsize=6.5)
+                    if group:
+                        ax.annotate(" ".join(f"{k}={v}" for k, v in group), pts[-1], xytext=(6, 3),
+                                    textcoords="offset points", fontsize=6, color="dimgray")
+    ax.set_title(f"{kernel}: every shape on the measured roofline, by provider (lines: one symbol swept)")
     ax.legend(loc="lower right", fontsize=8)
     return fig
