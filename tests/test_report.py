@@ -325,3 +325,15 @@ def test_a_kernel_below_target_carries_its_specs_gap(tmp_path, no_plots):
     assert "the spec says why** (`" in section and "edited since this run" in section
     met = replace(results, cases=tuple(replace(c, verdict="pass") if c.kernel == "scale" else c for c in cases))
     assert spec_gaps(met) == {}
+
+
+def test_a_kernels_roofline_lines_follow_the_swept_symbol():
+    from types import SimpleNamespace
+
+    from harness.report.plots import _sweeps
+
+    shapes = [{"M": m, "N": n, "K": 4096} for m, n in ((16, 4096), (1, 4096), (1, 14336), (4096, 4096), (4, 14336))]
+    sweep, groups = _sweeps([SimpleNamespace(shape=s) for s in shapes])
+    assert sweep == "M"
+    assert {g: [c.shape["M"] for c in cs] for g, cs in groups.items()} == {
+        (("N", 4096),): [1, 16, 4096], (("N", 14336),): [1, 4]}
