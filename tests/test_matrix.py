@@ -66,3 +66,32 @@ def test_default_targets_are_nvidia_and_amd():
     from harness.spec.archs import DEFAULT_ARCHS
 
     assert DEFAULT_ARCHS == ("sm_80", "sm_90", "sm_100", "gfx942", "gfx950")
+
+
+def test_a_launch_two_backends_share_compiles_once_per_target(monkeypatch):
+    """matmul's triton_tma (sm_90+) records the pointer kernel's launches too: the second backend, which also
+    claims sm_80, gets the shared results for sm_90 and compiles only sm_80, and nothing is lost or doubled."""
+    from types import SimpleNamespace
+
+    import harness.aot.triton as aot_triton
+    from harness.cli import matrix
+
+    calls = []
+
+    def fake_compile_all(records, archs, jobs=None):
+        calls.append(([r.kernel_name for r in records], tuple(archs)))
+        return [SimpleNamespace(record=r, arch=a) for r in records for a in archs]
+
+    monkeypatch.setattr(aot_triton, "compile_all", fake_compile_all)
+    rec = lambda name: SimpleNamespace(kernel_name=name, constexprs={}, specialised=(), num_warps=4, num_stages=3,
+                                       signature={})
+    shared, tma, ptr_only = rec("pointer"), rec("persistent"), rec("pointer_small")
+    compiled = {}
+    first, fresh1 = matrix.compile_once([tma, shared], ("sm_90",), compiled, "matmul", None)
+    assert [(r.record.kernel_name, r.arch) for r in first] == [("persistent", "sm_90"), ("pointer", "sm_90")]
+    assert len(fresh1) == 2
+    second, fresh2 = matrix.compile_once([shared, ptr_only], ("sm_80", "sm_90"), compiled, "matmul", None)
+    assert [(r.record.kernel_name, r.arch) for r in second] == [
+        ("pointer", "sm_80"), ("pointer", "sm_90"), ("pointer_small", "sm_80"), ("pointer_small", "sm_90")]
+    assert calls[1:] == [(["pointer"], ("sm_80",)), (["pointer_small"], ("sm_80", "sm_90"))]
+    assert second[1] is first[1] and id(second[1]) not in fresh2 and len(fresh2) == 3

@@ -78,6 +78,28 @@ def triton_launches(spec, backend) -> tuple[list, list[str]]:
     return records, errors
 
 
+def compile_once(records: list, archs: tuple, compiled: dict, scope: str, jobs: int | None) -> tuple[list, set]:
+    """Each record compiled for each of ``archs`` unless ``compiled`` (``{(scope, config_key): {arch: result}}``,
+    shared by a spec's backends) has it: a backend that hands some launches to another's kernel (matmul's
+    triton_tma to the pointer kernel) records them too, and each is compiled once per target. Returns the
+    results in (record, arch) order and the ids of those compiled by this call."""
+    from harness.aot.triton import compile_all
+
+    need: dict[tuple, list] = {}  # the archs a launch still lacks -> those launches
+    for r in records:
+        have = compiled.get((scope, config_key(r)), {})
+        if missing := tuple(a for a in archs if a not in have):
+            need.setdefault(missing, []).append(r)
+    fresh = set()
+    for missing, recs in need.items():
+        for res in compile_all(recs, missing, jobs):
+            compiled.setdefault((scope, config_key(res.record)), {})[res.arch] = res
+            fresh.add(id(res))
+    results = [compiled[(scope, config_key(r))][a] for r in records for a in archs
+               if a in compiled.get((scope, config_key(r)), {})]
+    return results, fresh
+
+
 @command("matrix", "compile every kernel for each target architecture (NVIDIA and AMD); print registers, spills, "
                    "shared memory / LDS, occupancy")
 @options(_options)
@@ -85,7 +107,7 @@ def cmd_matrix(args) -> int:
     from harness.aot import parallel
     from harness.aot.nvcc import build_cuda, torch_extension_flags
     from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable, triton_entries, unclaimed_nvidia
-    from harness.aot.triton import compile_all, render_table, table_rows
+    from harness.aot.triton import render_table, table_rows
     from harness.spec.archs import matrix_waiver
     from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 
@@ -133,26 +155,14 @@ def cmd_matrix(args) -> int:
                 continue
             records, errors = triton_launches(spec, backend)
             problems += errors
-            # a backend that hands some launches to another's kernel (matmul's triton_tma to the pointer
-            # kernel) records them too: each is compiled once, and every backend that launches it is judged by it
-            need: dict[tuple, list] = {}  # the archs a launch still lacks -> those launches
-            for r in records:
-                have = compiled.get((spec.name, config_key(r)), {})
-                if missing := tuple(a for a in checked if a not in have):
-                    need.setdefault(missing, []).append(r)
-            todo = sum(len(rs) * len(m) for m, rs in need.items())
-            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(checked)} archs"
-                  + (f" ({len(records) * len(checked) - todo} compiled already)" if todo < len(records) * len(checked)
-                     else ""), file=sys.stderr, flush=True)
-            fresh = set()
-            for missing, recs in need.items():
-                for res in compile_all(recs, missing, jobs):
-                    compiled.setdefault((spec.name, config_key(res.record)), {})[res.arch] = res
-                    fresh.add(id(res))
-            results = [compiled[(spec.name, config_key(r))][a] for r in records for a in checked
-                       if a in compiled.get((spec.name, config_key(r)), {})]
+            print(f"{spec.name} {backend.name}: {len(records)} distinct launch configs x {len(checked)} archs",
+                  file=sys.stderr, flush=True)
+            results, fresh = compile_once(records, checked, compiled, spec.name, jobs)
+            if len(fresh) < len(results):
+                print(f"  ({len(results) - len(fresh)} of {len(results)} compiled already for another backend)",
+                      file=sys.stderr, flush=True)
             table = [dataclasses.replace(t, kernel=f"{spec.name}:{t.kernel}") for t in table_rows(results)]
-            rows += [t for t, res in zip(table, results, strict=True) if id(res) in fresh]
+            rows += [t for t, res in zip(table, results, strict=True) if id(res) in fresh]  # counted once
             entries += triton_entries(spec.name, backend.name, checked, table, spec.waivers)
     if rows:
         print(render_table(rows))
