@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.results.model import ArchRow, Waiver
+from harness.spec.archs import BENCH_WAIVER
 from harness.spec.model import Case, Spec
 from harness.spec.waivers import spec_waivers
 from harness.target.device import Device
@@ -32,7 +33,7 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[li
         arch_rows += arch_matrix_rows(statuses)
         waivers += spec_waivers(spec)
         provs = [p for p in providers_for(spec, device, statuses) if (not providers or p.name in providers)
-                 and f"bench.{p.name}" not in spec.waivers]  # listed by spec_waivers, with the reason
+                 and BENCH_WAIVER + p.name not in spec.waivers]  # listed by spec_waivers, with the reason
         for p in provs:
             if not p.runnable:
                 waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", p.reason))

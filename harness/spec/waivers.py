@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.spec.archs import BENCH_WAIVER
 from harness.spec.model import Spec
 
 
@@ -21,7 +22,7 @@ def spec_waivers(spec: Spec) -> list[Waiver]:
              for d, t in spec.tolerances.items() if t.loosened]
     lines += [Waiver(spec.name, f"tolerance of {t.name} {t.tolerance.describe()}", t.tolerance.reason)
               for t in spec.tensors if t.tolerance is not None and t.tolerance.loosened]
-    lines += [Waiver(spec.name, f"provider {c.removeprefix('bench.')} not benchmarked" if c.startswith("bench.")
+    lines += [Waiver(spec.name, f"provider {c.removeprefix(BENCH_WAIVER)} not benchmarked" if c.startswith(BENCH_WAIVER)
                      else f"check {c} waived", r) for c, r in spec.waivers.items()]
     if spec.gate is not None:
         lines.append(Waiver(spec.name, f"gate minimum effect {spec.gate.min_effect} floor {spec.gate.floor_us} us",

@@ -46,8 +46,8 @@ DATASHEET = {
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
 # The compute ceiling is the best of a few dense GEMM shapes (M, N, K), as each bandwidth pattern is the best
 # of several probes: one square shape alone understates it (the H200 ran 8192^3 at 710 TFLOP/s in bf16 and
-# 4096 x 4096 x 14336 at 830 in the same run, reports/h200/results.json of 2026-12-01), and a kernel measured
-# above its roof reads as a model error.
+# 4096 x 4096 x 14336 at 830 in the same run, reports/h200/experiments/ceilings/), and a kernel measured above
+# its roof reads as a model error.
 _GPU = {"copy_bytes": 1 << 30, "matmul_n": 8192,
         "matmul_shapes": ((8192, 8192, 8192), (4096, 4096, 16384), (4096, 16384, 4096)),
         "copy_cfg": TimingConfig(min_samples=10, max_samples=200, min_time_s=0.05, timeout_s=5.0),
