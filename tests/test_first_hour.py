@@ -318,3 +318,28 @@ def test_a_waived_baseline_is_not_benchmarked_and_says_why():
     said = {w.what: w.reason for w in waivers if w.kernel == "matmul"}
     assert said["provider torch.compile not benchmarked"] == spec.waivers["bench.torch.compile"]
     assert said["provider reference not benchmarked"].startswith("the reference is an fp32 GEMM")
+
+
+def test_a_case_too_large_for_the_machine_is_skipped_not_a_crash():
+    """A CPU bench caps its address space, so a shape that needs more memory than the machine has fails its
+    allocation, which is read as "does not fit" (a skip), instead of the OOM killer ending the whole run: the
+    README's `nox -s bench` was killed at flash_attention's headline on a 24 GB machine before this."""
+    from harness.bench.run import out_of_memory
+
+    assert out_of_memory(MemoryError()) and out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate"))
+    assert not out_of_memory(RuntimeError("shape mismatch")) and not out_of_memory(ValueError("out of memory"))
+    code = (
+        "import torch\n"
+        "from harness.bench.run import cap_address_space, out_of_memory\n"
+        "avail = next(int(l.split()[1]) * 1024 for l in open('/proc/meminfo') if l.startswith('MemAvailable:'))\n"
+        "assert cap_address_space(0.05)\n"
+        "try:\n"
+        "    torch.empty(avail // 2, dtype=torch.uint8)\n"
+        "    print('allocated')\n"
+        "except Exception as e:\n"
+        "    print('oom' if out_of_memory(e) else f'other {type(e).__name__}: {e}')\n"
+        "x = torch.ones(1 << 20)\n"  # small allocations still work under the cap
+        "print(int(x.sum()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["oom", str(1 << 20)], out.stdout

@@ -113,7 +113,10 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
         m = measure(lambda: fn(**kwargs), device=device.torch_device, config=timing)
     except Exception as exc:  # one provider's failure never takes the run down
         text = str(exc).strip().splitlines()
-        return _empty(base, "error", f"{type(exc).__name__}: {text[0] if text else ''}"[:400])
+        first = f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
+        if out_of_memory(exc):  # the shape, not the kernel: it needs more memory than this machine has
+            return _empty(base, "skipped", f"does not fit in this machine's memory ({first})"[:400])
+        return _empty(base, "error", first)
     st = summarize(m.samples_us, seed=seed)
     env = full_env(spec, case, job.dtype)
     roof = roofline(spec, env, st.median, ceilings, job.dtype)
@@ -121,6 +124,41 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
     return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
                       stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
+
+
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """An allocation the machine could not satisfy: torch's OutOfMemoryError (CUDA), MemoryError, or the CPU
+    allocator's RuntimeError once the address-space cap (:func:`cap_address_space`) refuses the request."""
+    oom = getattr(torch, "OutOfMemoryError", ())
+    if isinstance(exc, MemoryError) or (oom and isinstance(exc, oom)):
+        return True
+    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXT)
+
+
+def cap_address_space(fraction: float = 0.85) -> int | None:
+    """On a CPU run, limit this process's address space to what it has now plus ``fraction`` of the memory
+    available, so a case too large for the machine fails its allocation (a skip, :func:`out_of_memory`) instead
+    of waking the kernel's OOM killer, which kills the whole run (a [4, 32, 4096, 4096] fp32 attention score
+    matrix is 8.6 GB). Returns the cap in bytes, or None where it cannot be read or set (not Linux)."""
+    import resource
+
+    try:
+        with open("/proc/self/status") as f:
+            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = vm + int(fraction * avail)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        if soft == resource.RLIM_INFINITY or cap < soft:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+        return cap
+    except (OSError, ValueError, StopIteration):
+        return None
 
 
 def _base(job: Job, seed_base: int) -> dict:

@@ -95,6 +95,10 @@ def cmd_bench(args) -> int:
         journal.unlink()
     environment = collect_environment(device=device.torch_device, spec_paths=paths, seed=args.seed, timing=timing)
     ceilings = measure_ceilings(device.torch_device, refresh=args.refresh_ceilings)
+    if not device.is_gpu:  # after the ceilings (their probes are sized for the machine): see cap_address_space
+        from harness.bench.run import cap_address_space
+
+        cap_address_space()
     # What a partial report needs besides the cases: written before the first case, atomically.
     header = {"environment": environment, "ceilings": dataclasses.asdict(ceilings),
               "arch_matrix": [dataclasses.asdict(r) for r in arch_rows],
