@@ -30,7 +30,7 @@ ALLOWED = {
     "cli": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "gate", "report", "aot",
             "profile"},
 }
-ROOT_MODULES = {"harness", "harness.importpath", "harness.__main__"}
+ROOT_MODULES = {"harness", "harness.importpath", "harness.steps", "harness.__main__"}
 
 
 def modules() -> dict[str, Path]:

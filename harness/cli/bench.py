@@ -8,7 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, load_specs, options, spec_paths
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, comma_list, command, load_specs, options, spec_paths
 
 
 def _bench_options(p) -> None:
@@ -39,9 +39,6 @@ def _bench_options(p) -> None:
                    help="run each job in a worker process (one per GPU), so a crash or hang fails that job only "
                         "(default: on with a GPU, off on the CPU)")
 
-
-def _split(values) -> tuple[str, ...]:
-    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
 
 
 def timing_config(args, device):
@@ -80,10 +77,10 @@ def cmd_bench(args) -> int:
     specs = load_specs(paths)
     device = detect()
     out = Path(args.out) if args.out else default_out_dir(device)
-    dtypes = _split(args.dtype)
+    dtypes = comma_list(args.dtype)
     dtypes = () if dtypes == ("all",) else (dtypes or ("bf16",))
     timing = timing_config(args, device)
-    jobs, arch_rows, waivers = plan(specs, device, dtypes, _split(args.provider))
+    jobs, arch_rows, waivers = plan(specs, device, dtypes, comma_list(args.provider))
     if not jobs:
         raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider)")
     out.mkdir(parents=True, exist_ok=True)

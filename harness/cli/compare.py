@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.cli.registry import BadInput, command, load_specs, options, spec_paths
+from harness.cli.registry import BadInput, comma_list, command, load_specs, options, spec_paths
 
 
 def _number(text: str, name: str, lo: float, hi: float) -> float:
@@ -130,9 +130,6 @@ def cmd_compare(args) -> int:
 
 # ----------------------------------------------------------------------------- bench --against REF
 
-def _split(values) -> tuple[str, ...]:
-    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
-
 
 def block_config(args, device):
     from harness.gate.interleave import BlockConfig
@@ -171,7 +168,7 @@ def cmd_against(args) -> int:
     use_interpreter_if_no_gpu()
     device = detect()
     blocks = block_config(args, device)
-    dtypes = _split(args.dtype)
+    dtypes = comma_list(args.dtype)
     dtypes = () if dtypes == ("all",) else (dtypes or ("bf16",))
     try:
         default = default_threshold(IN_PROCESS)
@@ -191,7 +188,7 @@ def cmd_against(args) -> int:
         if not (plan.pairs or plan.new_kernels or plan.removed_kernels):
             why = "; ".join(plan.unmatched[:3]) or "check --kernel and --dtype"
             raise BadInput(f"bench --against {args.against}: nothing to compare ({why})")
-        provider = _split(args.provider)[0] if args.provider else None
+        provider = comma_list(args.provider)[0] if args.provider else None
         tasks = ab.case_tasks(plan, base, seed=args.seed, provider=provider, blocks=blocks, default=default,
                               noise=noise, confidence=CONFIDENCE)
         ceilings = measure_ceilings(device.torch_device, refresh=bool(getattr(args, "refresh_ceilings", False)))

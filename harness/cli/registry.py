@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.steps import BadInput, comma_list  # noqa: F401 - re-exported: one home, every command
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 COMMANDS: dict[str, tuple[Callable, Callable, str]] = {}
 
@@ -23,10 +25,6 @@ def options(adder: Callable[[argparse.ArgumentParser], None]):
         fn.options = adder
         return fn
     return wrap
-
-
-class BadInput(Exception):
-    """A one-line problem with the user's input; printed without a traceback, exit code 2."""
 
 
 def spec_paths(given: list[str], specs_dir: str = "specs", kernels=()) -> list[Path]:

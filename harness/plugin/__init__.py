@@ -15,6 +15,7 @@ from harness.plugin.items import KernelCaseItem, SpecErrorItem, SpecFile, _close
 from harness.plugin.options import KEY as _KEY
 from harness.spec.model import RUN_TIERS
 from harness.spec.schema import did_you_mean
+from harness.steps import comma_list
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,8 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run the cases in the pytest process")
 
 
-def _split(values: list[str]) -> set[str]:
-    return {v.strip() for item in values for v in item.split(",") if v.strip()}
+def _set(values) -> set[str]:
+    return set(comma_list(values))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,8 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
         here = Path(config.invocation_params.dir) / specs_dir
         specs_dir = here if here.is_dir() else Path(config.rootpath) / specs_dir
     config.stash[_KEY] = {
-        "specs_dir": specs_dir.resolve(), "kernels": _split(config.getoption("kernel")),
-        "dtypes": _split(config.getoption("dtype")), "backends": _split(config.getoption("backend")),
+        "specs_dir": specs_dir.resolve(), "kernels": _set(config.getoption("kernel")),
+        "dtypes": _set(config.getoption("dtype")), "backends": _set(config.getoption("backend")),
         "tier": config.getoption("tier"), "seed": config.getoption("seed"), "specs": [], "outcomes": {},
     }
     # --specs elsewhere than testpaths: collect it too, so `pytest --specs DIR` just works.
