@@ -140,3 +140,43 @@ def test_missing_dependency_is_named_as_the_environments_problem(tmp_path, capsy
     assert code == 2 and len(err) == 1
     assert "not checked: importing" in err[0] and "needs module 'kh_no_such_package'" in err[0], err[0]
     assert "nox -s validate" in err[0]
+
+
+def test_loading_every_spec_imports_no_kernel_torch_or_triton():
+    """A spec is data: trusted code reads a pull request's specs, and the torch-free report reads any spec,
+    without running a line of kernel code. Binding (resolving the import paths) is a later, separate step."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    probe = (
+        "import sys, pathlib\n"
+        "from harness.spec.load import load\n"
+        "paths = sorted(pathlib.Path('specs').glob('*.toml'))\n"
+        "specs = [load(p) for p in paths]\n"
+        "assert len(specs) == len(paths) > 0\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'numpy', 'kernels'))\n"
+        "print(len(specs), heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
+    count, heavy = out.stdout.split(" ", 1)
+    assert int(count) >= 10 and heavy.strip() == "[]", out.stdout
+
+
+def test_binding_reports_what_loading_does_not_import(tmp_path):
+    """The import path's problems come from bind(), one line naming the file and key; load() alone accepts."""
+    from pathlib import Path
+
+    from harness.spec.bind import bind
+    from harness.spec.load import load
+    from harness.spec.schema import SpecError
+
+    src = (Path(__file__).resolve().parents[1] / "specs" / "rmsnorm.toml").read_text()
+    bad = tmp_path / "rmsnorm.toml"
+    bad.write_text(src.replace('reference = "kernels.rmsnorm:rmsnorm_ref"', 'reference = "kernels.rmsnorm:nope_ref"'))
+    spec = load(bad)
+    with pytest.raises(SpecError) as exc:
+        bind(spec)
+    assert exc.value.problems == [f"{bad}: kernel.reference: cannot import \"kernels.rmsnorm:nope_ref\": module "
+                                  "'kernels.rmsnorm' has no attribute 'nope_ref'"]

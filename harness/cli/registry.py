@@ -42,10 +42,14 @@ def spec_paths(given: list[str], specs_dir: str = "specs", kernels=()) -> list[P
     return paths
 
 
-def load_specs(paths):
+def load_specs(paths, *, bind: bool = True):
+    """Every spec loaded and (``bind``) its import paths resolved; all their problems as one BadInput."""
+    from harness.spec.bind import bind_all
     from harness.spec.load import load_all
 
     specs, problems = load_all(paths)
+    if bind and not problems:
+        specs, problems = bind_all(specs)
     if problems:
         raise BadInput("\n".join(problems))
     return specs

@@ -7,7 +7,6 @@ and a result comes back as JSON-ready dicts.
 
 from __future__ import annotations
 
-import functools
 import os
 
 from harness.workers.pool import Task, TaskOutcome, split_error
@@ -33,11 +32,10 @@ def init_worker(device: str) -> None:
         import triton  # noqa: F401
 
 
-@functools.cache
 def _spec(spec_path: str):
-    from harness.spec.load import load as load_spec
+    from harness.spec.load import load_cached
 
-    return load_spec(spec_path)
+    return load_cached(spec_path)
 
 
 def _find(items, key: str, what: str, attr: str = "id"):

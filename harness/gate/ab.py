@@ -30,6 +30,7 @@ class ABPlan:
 
 def load_base_specs(base: BaseTree, names=None) -> tuple[dict, list[str]]:
     """The base's specs by name (its module root importable first), and a line for each that does not load."""
+    from harness.spec.bind import bind
     from harness.spec.load import load
     from harness.spec.schema import SpecError
 
@@ -40,7 +41,7 @@ def load_base_specs(base: BaseTree, names=None) -> tuple[dict, list[str]]:
         if names and path.stem not in names:
             continue
         try:
-            specs[path.stem] = load(path)
+            specs[path.stem] = bind(load(path))
         except SpecError as exc:
             problems.append(f"{path.stem}: the base spec does not load with this harness: {exc.problems[0]}")
     return specs, problems

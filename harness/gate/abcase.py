@@ -9,7 +9,6 @@ never timed.
 
 from __future__ import annotations
 
-import functools
 import sys
 
 from harness.gate.interleave import BlockConfig, measure_ab
@@ -28,11 +27,10 @@ def _first_line(exc: Exception) -> str:
     return text[0][:300] if text else ""
 
 
-@functools.cache
 def _load(path: str):
-    from harness.spec.load import load
+    from harness.spec.load import load_cached
 
-    return load(path)
+    return load_cached(path)
 
 
 def _provider(spec, device, name: str | None):

@@ -19,6 +19,7 @@ from harness.spec.schema import SpecError
 class SpecFile(pytest.File):
     def collect(self):
         from harness.correctness.args import case_seed
+        from harness.spec.bind import bind
         from harness.spec.load import load as load_spec
         from harness.target.device import detect
         from harness.target.resolve import resolve
@@ -26,7 +27,7 @@ class SpecFile(pytest.File):
         opts = self.config.stash[_KEY]
         rel = _relative(self.path, Path.cwd())
         try:
-            spec = load_spec(rel)
+            spec = bind(load_spec(rel))
         except SpecError as exc:
             yield SpecErrorItem.from_parent(self, name=f"{self.path.stem}[spec]", problems=exc.problems)
             return

@@ -6,6 +6,7 @@ Loading never raises a traceback for a spec mistake: every problem becomes one l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import keyword
 import math
@@ -73,6 +74,17 @@ def load(path: str | Path) -> Spec:
     if r.problems:
         raise SpecError(r.problems)
     return spec
+
+
+def load_cached(path: str | Path) -> Spec:
+    """:func:`load`, once per file version in this process (worker processes load a spec for every task)."""
+    st = Path(path).stat()
+    return _load_version(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_version(path: str, _mtime_ns: int, _size: int) -> Spec:
+    return load(path)
 
 
 def load_all(paths) -> tuple[list[Spec], list[str]]:

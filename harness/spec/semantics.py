@@ -1,12 +1,11 @@
-"""Semantic checks of a parsed spec: symbols defined, every case evaluable, edge coverage, imports resolve."""
+"""Semantic checks of a parsed spec: symbols defined, every case evaluable, edge coverage.
+
+Pure: nothing here imports a kernel, torch or triton (resolving the import paths is :mod:`harness.spec.bind`).
+"""
 
 from __future__ import annotations
 
-import inspect
-import sys
-
 from harness.spec import expr as ex
-from harness.spec.imports import module_available, resolve_import
 from harness.spec.schema import Reader, describe, did_you_mean
 
 
@@ -22,7 +21,6 @@ def check_semantics(r: Reader, spec) -> None:
         for i, case in enumerate(tier_cases):
             _case(r, spec, case, f"cases.{tier}[{i}]" if tier != "edge" else f"cases.edge ({case.id})")
     _edge_coverage(r, spec)
-    _imports(r, spec)
 
 
 def _names(r: Reader, known: set, spec) -> None:
@@ -106,79 +104,3 @@ def _edge_coverage(r: Reader, spec) -> None:
         r.problem("cases.edge", "no generated case has a size-1 dimension: add 1 to a vary list")
     if sizes and not any(any(v > 2 and v & (v - 1) for v in s) for s in sizes):
         r.problem("cases.edge", "no generated case has an odd / non-power-of-two size (e.g. 83, 769)")
-
-
-def _imports(r: Reader, spec) -> None:
-    targets = [("kernel.reference", spec.reference, ())]
-    for b in spec.backends.values():
-        targets += [(f"backends.{b.name}.impl", b.impl, b.requires)]
-        targets += [(f"backends.{b.name}.{k}", getattr(b, k), b.requires) for k in ("source", "build") if getattr(b, k)]
-    targets += [(f"peers.{p.name}.impl", p.impl, p.requires) for p in spec.peers.values()]
-    targets += [("kernel.op", spec.op, ())] if spec.op else []
-    for key, path, requires in targets:
-        if not all(module_available(m) for m in requires):
-            continue  # checked where it can run; the arch resolver reports the missing module
-        try:
-            obj = resolve_import(path)
-        except ModuleNotFoundError as exc:
-            module = path.partition(":")[0]
-            if exc.name and not _is_parent(exc.name, module):
-                # The kernel module exists but needs a package this Python lacks: the environment is wrong,
-                # not the spec. Say so, and where to run instead.
-                r.problem(key, f'not checked: importing "{path}" needs module {exc.name!r}, which this Python '
-                               f"({sys.executable}) lacks; run `nox -s validate` or install the project's "
-                               "dependencies")
-            else:
-                r.problem(key, f'cannot import "{path}": no module named {exc.name!r}')
-            continue
-        except AttributeError:
-            module, _, attr = path.partition(":")
-            r.problem(key, f'cannot import "{path}": module {module!r} has no attribute {attr!r}')
-            continue
-        except Exception as exc:  # a kernel module that fails at import: say so in one line
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            r.problem(key, f'importing "{path}" failed: {type(exc).__name__}: {first}')
-            continue
-        if key == "kernel.op" and type(obj).__name__ not in _OP_TYPES:
-            r.problem(key, f'"{path}" is a {type(obj).__name__}, not a torch op (an OpOverload, OpOverloadPacket or '
-                           "what torch.library.custom_op returns)")
-        elif key.endswith((".impl", ".reference", ".build")) and not callable(obj):
-            r.problem(key, f'"{path}" is not callable')
-        elif key.endswith((".impl", ".reference")):
-            _signature(r, spec, key, path, obj)
-
-
-_OP_TYPES = ("OpOverload", "OpOverloadPacket", "CustomOpDef")  # by name: the spec package never imports torch
-
-
-def _is_parent(name: str, module: str) -> bool:
-    """True when ``name`` is ``module`` or one of its parent packages (the import path itself is wrong)."""
-    return module == name or module.startswith(name + ".")
-
-
-def _signature(r: Reader, spec, key: str, path: str, fn) -> None:
-    """Every implementation is called with each tensor and param by name: its keywords must match the spec."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a builtin or C extension without a signature: nothing to compare
-        return
-    names = [t.name for t in spec.tensors] + list(spec.params)
-    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
-    by_keyword = {n for n, p in params.items()
-                  if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
-    where = {t.name: f"{'outputs' if t.output else 'inputs'}.{t.name}" for t in spec.tensors}
-    where.update({n: f"params.{n}" for n in spec.params})
-    if not takes_any:
-        for n in names:
-            if n not in by_keyword:
-                close = did_you_mean(n, sorted(by_keyword))
-                r.problem(key, f'"{path}" has no keyword parameter "{n}" (the spec\'s {where[n]}){close}')
-    for n, p in params.items():
-        if p.default is not inspect.Parameter.empty or p.kind in (inspect.Parameter.VAR_POSITIONAL,
-                                                                   inspect.Parameter.VAR_KEYWORD):
-            continue
-        if p.kind == inspect.Parameter.POSITIONAL_ONLY:
-            r.problem(key, f'"{path}" has positional-only parameter "{n}": implementations are called by keyword')
-        elif n not in names:
-            close = did_you_mean(n, names)
-            r.problem(key, f'"{path}" requires parameter "{n}", which the spec declares as no tensor or param{close}')
