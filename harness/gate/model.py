@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Verdicts of the timing; the other outcomes say why a case has none.
-VERDICTS = ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")
-OUTCOMES = VERDICTS + ("WRONG", "ERROR", "NOT-COMPARED")
-FAILING = ("SLOWER", "WRONG", "ERROR")     # what makes the gate exit 1
+from harness.results.verdicts import FAILING
+
 IN_PROCESS, STORED = "in-process interleaved", "stored runs"
 
 

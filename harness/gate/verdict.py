@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.gate.model import FAILING, OUTCOMES, Threshold
+from harness.gate.model import Threshold
+from harness.results.verdicts import FAILING, OUTCOMES
 
 # Fewer block pairs than this give no interval, so no verdict but INCONCLUSIVE: a percentile bootstrap over
 # a handful of blocks is far too narrow (with 3 it can only pick among 10 distinct resamples' medians).

@@ -22,12 +22,12 @@ from harness.report.cells import DASH, NBSP, cell, code, num, pct
 from harness.report.render import TEMPLATES
 from harness.results.io import atomic_write_text, finite_json
 from harness.results.model import to_json
+from harness.results.verdicts import FAILING
 
 COMMENT_LIMIT = 65_536   # GitHub's limit on one comment's body
 VERDICT_ORDER = ("SLOWER", "WRONG", "ERROR", "INCONCLUSIVE", "FASTER", "NOT-COMPARED", "SAME")
 VERDICT_TEXT = {"SLOWER": "**SLOWER**", "WRONG": "**WRONG**", "ERROR": "**ERROR**", "FASTER": "faster",
                 "SAME": "same", "INCONCLUSIVE": "inconclusive", "NOT-COMPARED": "not compared"}
-FAILING = ("SLOWER", "WRONG", "ERROR")
 PROVENANCE = ("source", "commit", "dirty", "device", "driver", "torch", "triton", "cuda", "clocks", "date")
 
 
