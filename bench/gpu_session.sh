@@ -9,7 +9,7 @@
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
-#   gemm      issue 13's probes (bench/experiments/*_probe.py, matmul_tma.py: accuracy and speed against cuBLAS),
+#   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -80,10 +80,16 @@ case "$what" in
     bash bench/profile_gpu.sh "$@"
     ;;
   gemm)
-    # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest
-    for probe in ${GEMM_PROBES:-matmul_mma_probe fp8_probe int4_probe matmul_tma}; do
+    # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
+    # Each probe lives beside the report of the run it produced, under reports/h200/experiments/.
+    declare -A probes=([matmul_mma_probe]=reports/h200/experiments/matmul_cuda/matmul_mma_probe.py
+                       [fp8_probe]=reports/h200/experiments/fp8/fp8_probe.py
+                       [int4_probe]=reports/h200/experiments/int4/int4_probe.py)
+    for probe in ${GEMM_PROBES:-matmul_mma_probe fp8_probe int4_probe}; do
+      script=${probes[$probe]:-}
+      if [ -z "$script" ]; then echo "== $probe: no such probe (known: ${!probes[*]})"; continue; fi
       start=$SECONDS
-      timeout "${PROBE_TIMEOUT:-120}" python3 "bench/experiments/$probe.py" --out "$OUT/probes" > "$OUT/$probe.log" 2>&1
+      timeout "${PROBE_TIMEOUT:-120}" python3 "$script" --out "$OUT/probes" > "$OUT/$probe.log" 2>&1
       echo "== $probe: exit $?, $((SECONDS - start)) s"; tail -n "${PROBE_TAIL:-30}" "$OUT/$probe.log"
     done
     if [ -n "${GEMM_KERNELS:-}" ]; then

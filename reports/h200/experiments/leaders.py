@@ -4,11 +4,13 @@ configuration and cache hints, fused_add_rmsnorm's num_warps, each against the p
 
 Timing: harness.timing.engine (CUDA events behind a spin kernel, a 2x-L2 read flush before every sample),
 variants measured round-robin in rounds so clock or thermal drift hits all of them alike; medians and the
-p10-p90 spread are printed. Run on the GPU: python3 bench/experiments/leaders.py > $OUT/leaders.log
+p10-p90 spread are printed, and written to DIR/leaders.json. Run on the GPU, from the repository root:
+``mkdir -p DIR && python3 reports/h200/experiments/leaders.py --out DIR > DIR/leaders.log``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -157,6 +159,10 @@ def race(name: str, variants: dict, sample) -> dict:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for leaders.json")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     dev = torch.device("cuda")
     sample = timer()
@@ -222,7 +228,7 @@ def main() -> None:
     except ImportError:
         pass
     out["fused_add_rmsnorm"] = race("fused_add_rmsnorm bf16 16384x4096", v, sample)
-    path = os.path.join(os.environ.get("OUT", "."), "leaders.json")
+    path = os.path.join(args.out, "leaders.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
 

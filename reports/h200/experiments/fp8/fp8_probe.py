@@ -1,4 +1,5 @@
-"""FP8 GEMM probe (run on a GPU from the repository root): ``python3 bench/experiments/fp8_probe.py --out DIR``.
+"""FP8 GEMM probe (run on a GPU from the repository root):
+``python3 reports/h200/experiments/fp8/fp8_probe.py --out DIR``.
 
 For kernels.matmul_fp8 with promoted (default) and fast accumulation, and torch._scaled_mm with and without
 use_fast_accum: the largest error against the fp32 dequantised reference, in units of the spec's absolute bound
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
 from harness.timing.engine import TimingConfig, measure  # noqa: E402
 from harness.timing.stats import summarize  # noqa: E402

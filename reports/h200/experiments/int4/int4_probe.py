@@ -12,7 +12,8 @@
 ``--sweep`` (a tuning experiment, several minutes) instead times explicit launch configurations and decode split
 counts, bypassing the autotuner, and prints the best per shape.
 
-Run from the repository root on the GPU: python3 bench/experiments/int4_probe.py --out DIR (DIR/int4_probe.json).
+Run from the repository root on the GPU (writes DIR/int4_probe.json):
+``python3 reports/h200/experiments/int4/int4_probe.py --out DIR``.
 Every case is in its own try/except: one failure is a line in the output and a record in the JSON.
 """
 

@@ -1,5 +1,5 @@
 """CUDA C++ Tensor Core matmul probe (run on a GPU from the repository root):
-``python3 bench/experiments/matmul_mma_probe.py --out DIR``.
+``python3 reports/h200/experiments/matmul_cuda/matmul_mma_probe.py --out DIR``.
 
 Builds kernels.matmul's CUDA backend (``build_cuda``), checks ``matmul_cuda`` against an fp32 torch reference
 (unaligned shapes, M = 1, K = 0, every epilogue, bf16 and fp16, padded / offset / strided-bias layouts, every
@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
 GUARD = 64  # elements of NaN before and after every operand's storage
