@@ -174,17 +174,23 @@ def test_derive_from_aa_trials():
 # ----------------------------------------------------------------------------- interleaving (host timer)
 
 def test_measure_ab_alternates_abba_and_stops_when_decided():
-    calls = []
+    calls, seen = [], []
+    # The judge's verdicts are scripted, so where sampling stops does not hang on host-timer noise: still
+    # INCONCLUSIVE after the first 6 block pairs (sampling must go on, 2 pairs more), then decided at 8.
+    script = (Decision("INCONCLUSIVE", 1.0, float("nan"), float("nan"), 0.5, 1.0, 1.0, 6),
+              Decision("SAME", 1.0, 0.9, 1.1, 0.5, 1.0, 1.0, 8))
 
     def judge(b, p):
-        return decide(b, p, Threshold(0.5, 0.0, "loose"), paired=True)
+        seen.append((len(b), len(p)))
+        return script[len(seen) - 1]   # a third call (sampling on after SAME) is an IndexError
 
     cfg = BlockConfig(blocks=6, samples=3, more_blocks=2, max_blocks=10, budget_s=5.0)
     run = measure_ab(lambda: calls.append("A"), lambda: calls.append("B"), "cpu", cfg, judge)
-    timed = "".join(calls)[-(6 * 2 * 3):]   # after the warm-up calls
-    assert timed.startswith("AAABBBBBBAAAAAABBB")
-    assert len(run.base_blocks) == len(run.pr_blocks) == 6 and all(len(b) == 3 for b in run.base_blocks)
-    assert run.stop == "decided" and run.decision.verdict in ("SAME", "INCONCLUSIVE", "SLOWER", "FASTER")
+    timed = "".join(calls)[-(8 * 2 * 3):]   # after the warm-up calls
+    assert timed == ("AAABBB" + "BBBAAA") * 4   # ABBA, the 2 pairs added included
+    assert seen == [(6, 6), (8, 8)]             # judged after the first blocks, and again after the extension
+    assert len(run.base_blocks) == len(run.pr_blocks) == 8 and all(len(b) == 3 for b in run.base_blocks)
+    assert run.stop == "decided" and run.decision is script[1]   # stopped at the first verdict not INCONCLUSIVE
 
 
 def test_measure_ab_extends_an_inconclusive_case_up_to_its_limits():

@@ -140,16 +140,27 @@ def test_kernel_section_statistics(results, rendered):
 
 def test_tables_are_well_formed(rendered):
     _, text = rendered
-    block: list[str] = []
+    tables: dict[str, list[list[str]]] = {}  # "## " section -> its tables, each a list of "|" lines
+    section, block = "", []
     for line in text.splitlines() + [""]:
+        if line.startswith("## "):
+            section = line[3:]
         if line.startswith("|"):
             block.append(line)
             continue
         if block:
-            widths = {len(re.split(r"(?<!\\)\|", row)) for row in block}
-            assert len(widths) == 1, block[:3]
-            assert re.fullmatch(r"\|(:?-+:?\|)+", block[1])
+            tables.setdefault(section, []).append(block)
             block = []
+    # The synthetic run fills every section that holds a table: none may be missing (a report without tables
+    # would otherwise pass a check of each table), and each is a header, its separator and at least one row.
+    assert set(tables) == {"Summary", "Measured ceilings and roofline", "Architecture matrix",
+                           "Waivers and what was not measured", "Kernels", "Environment"}
+    assert len(tables["Kernels"]) >= 3  # at least one per kernel (rmsnorm, rope, silu_and_mul)
+    for block in (b for blocks in tables.values() for b in blocks):
+        assert len(block) >= 3, block
+        widths = {len(re.split(r"(?<!\\)\|", row)) for row in block}
+        assert len(widths) == 1, block[:3]
+        assert re.fullmatch(r"\|(:?-+:?\|)+", block[1]), block[:2]
 
 
 def test_partial_results_are_flagged(tmp_path, no_plots):
