@@ -218,10 +218,13 @@ def synthetic_results(complete: bool = True) -> Results:
 
 
 def fp32_items(spec) -> int:
-    """Items a triton + reference spec yields under ``--dtype fp32``: every edge and ci case per backend, and
-    per backend its two op items (opcheck, and the compile check, which runs at the first dtype)."""
-    backends = 2
-    return backends * (len(spec.cases["edge"]) + len(spec.cases["ci"])) + backends * 2
+    """Items a triton + reference spec yields under ``--dtype fp32``: every edge and ci case for the triton
+    backend, the cases where the reference backend can fail (0-size and non-contiguous ones: it is the oracle
+    everywhere else), and per backend its two op items (opcheck, and the compile check, at the first dtype)."""
+    from harness.correctness.checks import reference_can_fail
+
+    cases = [*spec.cases["edge"], *spec.cases["ci"]]
+    return len(cases) + sum(reference_can_fail(spec, c) for c in cases) + 2 * 2
 
 
 def outcomes(result) -> dict[str, int]:

@@ -15,7 +15,7 @@ from harness.correctness import registry
 from harness.correctness.args import case_seed, clone_args, make_args, reference_args, reference_dtype
 from harness.correctness.checks import CaseContext, run_checks
 from harness.correctness.guards import GUARD_BYTES, _guard_elements, allocate, violation
-from harness.correctness.numerics import NORM_RTOL, mismatch
+from harness.correctness.numerics import mismatch
 from harness.correctness.poison import PAD, PADS, POISON, bits, poison, poisoned_mask
 from harness.correctness.values import value_set
 from harness.spec.checks import BY_NAME, CHECKS, markdown_table
@@ -24,7 +24,7 @@ from harness.spec.model import VALUE_SETS, Tolerance
 from harness.target.device import detect
 from tests.e2e import make_spec
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CHECKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "checks.md"
 FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -44,12 +44,12 @@ def test_registering_an_unknown_or_second_implementation_is_an_error():
         registry.check("poison")(lambda run: None)
 
 
-def test_readme_table_is_the_rendered_catalogue():
-    text = README.read_text()
-    section = text[text.index("## What a generated test checks"):]
+def test_docs_check_table_is_the_rendered_catalogue():
+    text = CHECKS_DOC.read_text()
+    section = text[text.index("\n## The checks\n"):]
     section = section[:section.index("\n## ", 1)]
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
-    assert table == markdown_table(), "README.md's check table is stale: paste harness.spec.checks.markdown_table()"
+    assert table == markdown_table(), "docs/checks.md: stale check table: paste harness.spec.checks.markdown_table()"
 
 
 def _run(spec, dtype="fp32", tier="ci"):
@@ -119,9 +119,20 @@ def test_normwise_bound_fails_where_atol_hides_a_relative_error():
     assert problem.endswith("its largest error at index (0, 0): got 2.944118e-05, expected 2.941176e-05")
 
 
-def test_normwise_defaults_are_a_few_units_of_the_dtype():
-    for dtype, units in ((torch.float64, 16), (torch.float32, 16), (torch.float16, 2), (torch.bfloat16, 2)):
-        assert NORM_RTOL[dtype] == units * torch.finfo(dtype).eps
+@pytest.mark.parametrize("dtype,units", [(torch.float64, 16), (torch.float32, 16), (torch.float16, 2),
+                                         (torch.bfloat16, 2)], ids=["fp64", "fp32", "fp16", "bf16"])
+def test_normwise_defaults_are_a_few_units_of_the_dtype(dtype, units):
+    # Rows of ones, every element off by d ulps of the result's dtype (1 + d eps is exact in it): the normwise
+    # relative error is d units. atol = 1 lets every element through, so the default normwise bound alone judges:
+    # half of it passes, one and a half times it fails, and the message names that dtype's default.
+    eps = torch.finfo(dtype).eps
+    expected = torch.ones(3, 64, dtype=torch.float64)
+    loose = Tolerance(rtol=0.0, atol=1.0)
+    assert mismatch((expected + units // 2 * eps).to(dtype), expected, loose) is None
+    problem = mismatch((expected + (units + units // 2) * eps).to(dtype), expected, loose)
+    name = str(dtype).removeprefix("torch.")
+    assert problem is not None and problem.startswith("3 of 3 rows (last dimension, 64 elements) over the normwise")
+    assert f"= {1.5 * units * eps:.4g} > norm_rtol={units * eps:.4g}, the {name} default in row (0,)" in problem
 
 
 def test_normwise_rounding_alone_passes_even_in_subnormals():
@@ -259,13 +270,19 @@ def test_reference_dtype(precision, case_dtype, dtype, expected):
 
 
 def test_reference_runs_at_the_spec_precision_in_checks_and_bench(tmp_path):
-    from harness.bench.run import Reference
+    from harness.correctness.checks import CaseContext, CaseRun, ReferenceCache, callables
 
     spec = dataclasses.replace(make_spec(tmp_path, "scale"), reference_precision="input")
     case = spec.cases["ci"][0]
     args = make_args(spec, case, "bf16", "cpu", 0)
     assert {x.dtype for x in reference_args(spec, args, "bf16").tensors.values()} == {torch.bfloat16}
-    assert Reference().get(spec, case, "bf16", detect(), 0)["out"].dtype == torch.bfloat16
+
+    def ref_dtype(s, cache=None):
+        ctx = CaseContext(s, "reference", "bf16", case, 0, "cpu", "cpu")
+        return CaseRun(ctx, *callables(s, "reference"), cache).ref["out"].dtype
+
+    assert ref_dtype(spec) == torch.bfloat16
     upcast = dataclasses.replace(spec, reference_precision="upcast")
-    assert Reference().get(upcast, case, "bf16", detect(), 0)["out"].dtype == torch.float32
+    cache = ReferenceCache()  # bench's path: one reference call shared by a case's providers
+    assert ref_dtype(upcast, cache) == torch.float32 == ref_dtype(upcast, cache)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.bench.plan import Job
-from harness.bench.run import Reference, check_provider
+from harness.bench.run import verify
+from harness.correctness.checks import ReferenceCache
 from harness.spec.load import load as load_spec
 from harness.target.device import detect
 from harness.target.providers import Provider
@@ -22,7 +23,7 @@ def spec(tmp_path):
 def _check(spec, impl: str) -> str:
     provider = Provider("peer", "peer", "peer", KERNELS + impl, True)
     case = spec.cases["ci"][0]
-    return check_provider(Job(spec, case, "fp32", provider), provider.load(spec), detect(), Reference(), 0)
+    return verify(Job(spec, case, "fp32", provider), provider.load(spec), detect(), ReferenceCache(), 0)
 
 
 def test_returned_output_is_checked_instead_of_the_untouched_buffer(spec):
@@ -32,7 +33,7 @@ def test_returned_output_is_checked_instead_of_the_untouched_buffer(spec):
 def test_returning_the_wrong_number_or_shape_is_reported(spec):
     with pytest.raises(TypeError, match="returned 2 outputs; scale writes out"):
         _check(spec, "scale_returning_two")
-    assert _check(spec, "scale_returning_wrong") == "out: returned shape (16, 127), expected (16, 128)"
+    assert _check(spec, "scale_returning_wrong") == "numerics: out: returned (16, 127), expected shape (16, 128)"
 
 
 def test_writing_into_out_still_works_and_is_still_poison_checked(spec):

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterator
 
 from harness.bench.plan import Job
-from harness.bench.run import Reference, _base, _empty, run_job
+from harness.bench.run import _base, _empty, run_job
+from harness.correctness.checks import ReferenceCache
 from harness.results.model import CaseResult
 from harness.target.device import Device
 
@@ -48,7 +49,7 @@ def run_jobs(jobs: list[Job], device: Device, ceilings, timing, seed_base: int =
     """(index, result) of every job: in order in this process, or as they finish in ``pool``'s workers
     (``harness.workers.WorkerPool``: one per GPU), where a crash or hang fails that job only."""
     if pool is None:
-        reference = Reference()
+        reference = ReferenceCache()
         for i, job in enumerate(jobs):
             yield i, _on(run_job(job, device, ceilings, timing, reference, seed_base), device.torch_device)
         return

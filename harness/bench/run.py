@@ -15,86 +15,29 @@ import torch
 
 from harness.bench.plan import Job
 from harness.bench.roofline import roofline
-from harness.correctness.args import case_seed, full_env, make_args, reference_args
-from harness.correctness.checks import sync
-from harness.correctness.guards import violation
-from harness.correctness.numerics import mismatch
-from harness.correctness.poison import poisoned_mask
+from harness.correctness.args import case_seed, full_env, make_args
+from harness.correctness.checks import CaseContext, CheckFailure, ReferenceCache, checks_for, run_checks
 from harness.results.model import CaseResult
-from harness.spec.model import Case, Spec
+from harness.spec.imports import resolve_import
 from harness.target.device import Device
 
 
-class Reference:
-    """The reference result of one (kernel, case, dtype) at the spec's reference precision, computed once and
-    shared by providers."""
+def verify(job: Job, fn: Callable, device: Device, reference: ReferenceCache, seed: int) -> str:
+    """'' when the provider passes the generated tests' checks at its bench case, else the failing check's line.
 
-    def __init__(self):
-        self._cache: dict[tuple, dict] = {}
-
-    def get(self, spec: Spec, case: Case, dtype: str, device: Device, seed: int) -> dict:
-        key = (spec.name, case.id, dtype)
-        if key not in self._cache:
-            self._cache.clear()
-            from harness.spec.imports import resolve_import
-
-            ref = reference_args(spec, make_args(spec, case, dtype, device.torch_device, seed), dtype)
-            resolve_import(spec.reference)(**ref.kwargs())
-            sync(device.torch_device)
-            self._cache[key] = {t.name: ref.tensors[t.name] for t in spec.written}
-        return self._cache[key]
-
-
-def returned_outputs(spec: Spec, value) -> dict:
-    """What a provider returned, by written tensor name: {} for None (it wrote its arguments), a tensor for
-    the single written one, a tuple in `spec.written` order or a dict by name. Peers whose library returns
-    new tensors return them, so their timing holds no copy into the harness's buffers."""
-    names = [t.name for t in spec.written]
-    if value is None:
-        return {}
-    if isinstance(value, dict):
-        if sorted(value) != sorted(names):
-            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
-                            f"{', '.join(names)}")
-        return dict(value)
-    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-    if len(value) != len(names):
-        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
-    return dict(zip(names, value, strict=True))
-
-
-def check_provider(job: Job, fn: Callable, device: Device, reference: Reference, seed: int) -> str:
-    """'' when the provider's output matches the reference, else why not."""
-    spec = job.spec
-    args = make_args(spec, job.case, job.dtype, device.torch_device, seed)
-    returned = returned_outputs(spec, fn(**args.kwargs()))
-    sync(device.torch_device)
-    ref = reference.get(spec, job.case, job.dtype, device, seed)
-    for name, guard in args.guards.items():
-        outside = violation(name, guard)
-        if outside:
-            return outside
-    candidates = {t.name: poisoned_mask(args.tensors[t.name], 0) for t in spec.outputs if t.name not in returned}
-    if any(bool(m.any()) for m in candidates.values()):
-        # Unwritten only if the element holds each run's own poison: a value written (an int8 that equals the
-        # first poison, say) is the same in both runs.
-        again = make_args(spec, job.case, job.dtype, device.torch_device, seed, poison_with=1)
-        fn(**again.kwargs())
-        sync(device.torch_device)
-        for name, mask in candidates.items():
-            if (mask & poisoned_mask(again.tensors[name], 1)).any():
-                return f"{name}: elements never written"
-    for t in spec.written:
-        got = returned.get(t.name, args.tensors[t.name])
-        if tuple(got.shape) != tuple(ref[t.name].shape):
-            return f"{t.name}: returned shape {tuple(got.shape)}, expected {tuple(ref[t.name].shape)}"
-        problem = mismatch(got, ref[t.name], spec.tolerance(job.dtype, t.name))
-        if problem:
-            return f"{t.name}: {problem}"
+    The one correctness path (:func:`harness.correctness.checks.run_checks`): guards, poison, layout, NaN/Inf,
+    numerics, inputs and determinism, as a generated test runs them, against one reference call shared by the
+    case's providers. The eager reference, timed as a baseline, gets the reference backend's checks."""
+    ctx = CaseContext(job.spec, job.provider.name, job.dtype, job.case, seed, device.arch, device.torch_device)
+    ref_fn = resolve_import(job.spec.reference)
+    try:
+        run_checks(ctx, fn, ref_fn, reference=reference, only=checks_for(job.spec, job.provider.name))
+    except CheckFailure as exc:
+        return str(exc).partition("\n")[0]
     return ""
 
 
-def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, seed_base: int = 0) -> CaseResult:
+def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCache, seed_base: int = 0) -> CaseResult:
     from harness.timing.engine import measure
     from harness.timing.stats import summarize
 
@@ -105,7 +48,7 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
         return _empty(base, "skipped", job.provider.reason)
     try:
         fn = job.provider.load(spec)
-        wrong = check_provider(job, fn, device, reference, seed)
+        wrong = verify(job, fn, device, reference, seed)
         if wrong:
             return _empty(base, "wrong", f"failed the correctness check before timing: {wrong}")
         args = make_args(spec, case, job.dtype, device.torch_device, seed)
@@ -119,7 +62,7 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: Reference, se
         return _empty(base, "error", first)
     st = summarize(m.samples_us, seed=seed)
     env = full_env(spec, case, job.dtype)
-    roof = roofline(spec, env, st.median, ceilings, job.dtype)
+    roof = roofline(spec, env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
     return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),

@@ -15,7 +15,8 @@ def run_bench_job(spec_path: str, provider_name: str, dtype: str, case_id: str, 
     """One benchmark job, in the worker; returns ``results.to_json`` of its CaseResult."""
     global _REFERENCE
     from harness.bench.plan import Job
-    from harness.bench.run import Reference, run_job
+    from harness.bench.run import run_job
+    from harness.correctness.checks import ReferenceCache
     from harness.results.model import to_json
     from harness.target.device import detect
     from harness.target.providers import providers_for
@@ -26,7 +27,7 @@ def run_bench_job(spec_path: str, provider_name: str, dtype: str, case_id: str, 
     spec, device = _spec(spec_path), detect()
     provider = _find(providers_for(spec, device, resolve(spec, device)), provider_name, "provider", "name")
     job = Job(spec, _find(spec.cases["bench"], case_id, "bench case"), dtype, provider)
-    _REFERENCE = _REFERENCE or Reference()
+    _REFERENCE = _REFERENCE or ReferenceCache()
     result = run_job(job, device, Ceilings(**ceilings) if ceilings else None, TimingConfig(**timing),
                            _REFERENCE, seed)
     return to_json(result)

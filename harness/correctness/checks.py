@@ -51,56 +51,140 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def call(fn: Callable, args: Arguments, device: str) -> None:
-    fn(**args.kwargs())
+def call(fn: Callable, args: Arguments, device: str):
+    """The call, synchronised; its return value (a provider in its own calling convention returns outputs)."""
+    value = fn(**args.kwargs())
     sync(device)
+    return value
+
+
+def returned_outputs(spec: Spec, value) -> dict:
+    """What a call returned, by written tensor name: {} for None (it wrote its arguments), a tensor for the
+    single written one, a tuple in ``spec.written`` order or a dict by name. Peers whose library returns new
+    tensors return them, so their timing holds no copy into the harness's buffers."""
+    names = [t.name for t in spec.written]
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if sorted(value) != sorted(names):
+            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
+                            f"{', '.join(names)}")
+        return dict(value)
+    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
+    if len(value) != len(names):
+        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
+    return dict(zip(names, value, strict=True))
+
+
+REFERENCE = "reference"
+# What can fail when the reference backend is the kernel under test and no oracle is declared: the reference
+# would be its own oracle, so numerics, NaN/Inf, poison and determinism compare it with itself.
+REFERENCE_CHECKS = frozenset({"zero-size", "layout", "inputs"})
+
+
+def oracle_path(spec: Spec, backend: str) -> str:
+    """What a backend's results are compared with: the reference, or for the reference backend itself the
+    spec's independent ``oracle`` (its own checks are then the full set)."""
+    return spec.oracle if backend == REFERENCE and spec.oracle else spec.reference
+
+
+def reference_can_fail(spec: Spec, case: Case) -> bool:
+    """Whether the reference backend, checked with :data:`REFERENCE_CHECKS` alone, has anything to check at
+    ``case``: a 0-size tensor or a non-contiguous layout. Elsewhere it would be tested against itself."""
+    if spec.oracle or case.layout != "contiguous":
+        return True
+    env = spec.env(case)
+    return any(int(d(env)) == 0 for t in spec.tensors for d in t.shape)
+
+
+def checks_for(spec: Spec, backend: str) -> frozenset[str] | None:
+    """The check rows that run for this backend: None for all of them."""
+    return REFERENCE_CHECKS if backend == REFERENCE and not spec.oracle else None
+
+
+def callables(spec: Spec, backend: str) -> tuple[Callable, Callable]:
+    """(the backend's implementation, what its results are compared with), resolved."""
+    from harness.spec.imports import resolve_import
+
+    impl = spec.reference if backend == REFERENCE else spec.backends[backend].impl
+    return resolve_import(impl), resolve_import(oracle_path(spec, backend))
+
+
+class ReferenceCache:
+    """The reference's results for the last (kernel, case, dtype, seed): the providers of one benchmark case
+    are checked against one reference call, however large the case."""
+
+    def __init__(self):
+        self._key, self._value = None, None
+
+    def get(self, key: tuple, compute: Callable[[], dict]) -> dict:
+        if key != self._key:
+            self._key, self._value = None, None  # free the old one before computing the new
+            self._value, self._key = compute(), key
+        return self._value
 
 
 class CaseRun:
     """The calls of one case, each made when a check first needs it (the main run at once)."""
 
-    def __init__(self, ctx: CaseContext, fn: Callable, ref_fn: Callable):
+    def __init__(self, ctx: CaseContext, fn: Callable, ref_fn: Callable, reference: ReferenceCache | None = None):
         spec = ctx.spec
-        self.ctx, self.fn, self.ref_fn, self.notes = ctx, fn, ref_fn, []
+        self.ctx, self.fn, self.ref_fn, self.reference, self.notes = ctx, fn, ref_fn, reference, []
         self.args = make_args(spec, ctx.case, ctx.dtype, ctx.device, ctx.seed)
         self.pristine = clone_args(self.args)
         layout = ctx.case.layout
-        self.refusal_expected = (layout != "contiguous" and layout not in spec.layouts_for(ctx.backend)
-                                 and "layout" not in spec.waivers)
+        # The reference is never required to refuse a layout: a plain-torch reference that works on any is no
+        # defect, whatever the backends declare.
+        self.refusal_expected = (layout != "contiguous" and ctx.backend != REFERENCE
+                                 and layout not in spec.layouts_for(ctx.backend) and "layout" not in spec.waivers)
         self.zero_size = is_zero_size(self.args)
         self.main_error: Exception | None = None
         self.empty_launches: list = []
+        self.returned: frozenset[str] = frozenset()  # outputs the call returned instead of writing
+        value = None
         try:
             if self.zero_size:
                 from harness.correctness.launches import empty_grid_launches
 
                 with empty_grid_launches() as self.empty_launches:
-                    call(fn, self.args, ctx.device)
+                    value = call(fn, self.args, ctx.device)
             else:
-                call(fn, self.args, ctx.device)
+                value = call(fn, self.args, ctx.device)
         except Exception as exc:
             if not self.refusal_expected:
                 raise
             self.main_error = exc  # the declared behaviour for a layout the spec does not list
-        self.got = self._written(self.args)
+        self.got = self._written(self.args, value)
+        self.returned = frozenset(returned_outputs(spec, value))
 
-    def _written(self, args: Arguments) -> dict[str, torch.Tensor]:
-        return {t.name: args.tensors[t.name] for t in self.ctx.spec.written}
+    def _written(self, args: Arguments, value=None) -> dict[str, torch.Tensor]:
+        returned = returned_outputs(self.ctx.spec, value)
+        for name, x in returned.items():
+            want = tuple(args.tensors[name].shape)
+            if not isinstance(x, torch.Tensor) or tuple(x.shape) != want:
+                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise CheckFailure("numerics", f"{name}: returned {got}, expected shape {want}")
+        return {t.name: returned.get(t.name, args.tensors[t.name]) for t in self.ctx.spec.written}
 
     @functools.cached_property
     def ref(self) -> dict[str, torch.Tensor]:
         """The reference's results, at the spec's reference precision."""
-        ref_args = reference_args(self.ctx.spec, self.pristine, self.ctx.dtype)
-        call(self.ref_fn, ref_args, self.ctx.device)
-        return self._written(ref_args)
+        def compute():
+            ref_args = reference_args(self.ctx.spec, self.pristine, self.ctx.dtype)
+            return self._written(ref_args, call(self.ref_fn, ref_args, self.ctx.device))
+
+        if self.reference is None:
+            return compute()
+        c = self.ctx
+        return self.reference.get((c.spec.name, c.spec.sha256, c.case.tier, c.case.id, c.dtype, c.seed), compute)
 
     @functools.cached_property
     def contiguous(self) -> dict[str, torch.Tensor]:
         """The kernel's results on contiguous copies of the inputs."""
         args = clone_args(self.pristine, layout="contiguous")
-        call(self.fn, args, self.ctx.device)
+        value = call(self.fn, args, self.ctx.device)
         guards.verify(args, "in the run on contiguous copies")
-        return self._written(args)
+        return self._written(args, value)
 
     @functools.cached_property
     def second(self) -> dict[str, torch.Tensor]:
@@ -108,27 +192,31 @@ class CaseRun:
         args = clone_args(self.pristine)
         for t in self.ctx.spec.outputs:
             poison.poison(args.tensors[t.name], 1)
-        call(self.fn, args, self.ctx.device)
+        value = call(self.fn, args, self.ctx.device)
         guards.verify(args, "in the second run")
-        return self._written(args)
+        return self._written(args, value)
 
 
-def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
-    """Run every check on one (backend, dtype, case); raise CheckFailure on the first that fails.
+def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, *, reference: ReferenceCache | None = None,
+               only: frozenset[str] | None = None) -> Outcome:
+    """Run every check (or the rows in ``only``) on one (backend, dtype, case); raise CheckFailure on the first
+    that fails. The one correctness path: generated tests, ``bench`` and the gate all come here.
 
     The failure's message ends with the context: spec, backend, dtype, case, seed and architecture.
     """
     try:
-        return _run_checks(ctx, fn, ref_fn)
+        return _run_checks(ctx, fn, ref_fn, reference, only)
     except CheckFailure as exc:
         failure = CheckFailure(exc.check, f"{str(exc).partition(': ')[2]}\n{ctx.describe()}")
     # Raised outside the handler so no traceback keeps the case's tensors (GBs on a huge case) alive.
     raise failure
 
 
-def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable) -> Outcome:
-    run, outcome = CaseRun(ctx, fn, ref_fn), Outcome()
+def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, reference, only) -> Outcome:
+    run, outcome = CaseRun(ctx, fn, ref_fn, reference), Outcome()
     for info, implementation in in_order():
+        if only is not None and info.name not in only:
+            continue
         if info.waivable and info.name in ctx.spec.waivers:
             outcome.notes.append(f"{info.name} waived: {ctx.spec.waivers[info.name]}")
             continue

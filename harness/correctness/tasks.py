@@ -47,16 +47,14 @@ def _find(items, key: str, what: str, attr: str = "id"):
 
 def run_case(spec_path: str, backend: str, dtype: str, tier: str, case_id: str, seed: int) -> dict:
     """One generated test item, in the worker: the same checks the in-process path runs."""
-    from harness.correctness.checks import CaseContext, CheckFailure, run_checks
-    from harness.spec.imports import resolve_import
+    from harness.correctness.checks import CaseContext, CheckFailure, callables, checks_for, run_checks
     from harness.target.device import detect
 
     spec = _spec(spec_path)
     case = _find(spec.cases.get(tier, ()), case_id, f"{tier} case")
     ctx = CaseContext(spec, backend, dtype, case, seed, detect().arch, DEVICE)
-    impl = spec.reference if backend == "reference" else spec.backends[backend].impl
     try:
-        outcome = run_checks(ctx, resolve_import(impl), resolve_import(spec.reference))
+        outcome = run_checks(ctx, *callables(spec, backend), only=checks_for(spec, backend))
     except CheckFailure as exc:
         return {"status": "failed", "check": exc.check, "message": str(exc), "checks": [], "notes": []}
     finally:

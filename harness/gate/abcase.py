@@ -3,8 +3,8 @@
 Runs in a worker process (one per GPU, so a crash or hang fails this case only) or in the caller's. Only plain
 data crosses: spec paths, names, numbers in; a dict of :class:`CaseComparison` fields out (the parent adds
 the roofline). The PR's provider is checked against the upcast reference exactly as a normal benchmark
-checks it (harness.bench.run.check_provider): a wrong candidate fails the gate whatever its speed, and is
-never timed.
+checks it (harness.bench.run.verify: the generated tests' checks at the bench case): a wrong candidate fails
+the gate whatever its speed, and is never timed.
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
         sys.path.append(base_root)  # the base's module root (kh_base_<sha>) is importable from here
     from harness.bench.dispatch import gpu_identity
     from harness.bench.plan import Job
-    from harness.bench.run import Reference, check_provider
+    from harness.bench.run import verify
     from harness.correctness.args import make_args
+    from harness.correctness.checks import ReferenceCache
     from harness.results.io import finite_json
     from harness.target.device import detect
 
@@ -98,7 +99,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
             if not prov.runnable:
                 return {**out, "verdict": "NOT-COMPARED", "reason": f"{side} {prov.name}: {prov.reason}"}
             fn = prov.load(spec)
-            wrong = check_provider(Job(spec, case, dtype, prov), fn, device, Reference(), seed)
+            wrong = verify(Job(spec, case, dtype, prov), fn, device, ReferenceCache(), seed)
         except Exception as exc:  # one side's failure is this case's outcome, never the run's
             verdict = "ERROR" if side == "PR" else "NOT-COMPARED"
             return {**out, "verdict": verdict, "reason": f"{side}: {type(exc).__name__}: {_first_line(exc)}"}

@@ -42,7 +42,8 @@ class BenchCaseItem(pytest.Item):
     def runtest(self) -> None:
         from pytest_benchmark.fixture import BenchmarkFixture
 
-        from harness.bench.run import Reference, run_job
+        from harness.bench.run import run_job
+        from harness.correctness.checks import ReferenceCache
         from harness.timing.engine import TimingConfig
 
         bs = self.config._benchmarksession
@@ -52,7 +53,7 @@ class BenchCaseItem(pytest.Item):
             pytest.skip(f"provider {self.job.provider.name}: {self.job.provider.reason}")
         timing = TimingConfig(timeout_s=15.0 if self.device.is_gpu else 3.0,
                               min_time_s=0.5 if self.device.is_gpu else 0.2)
-        result = run_job(self.job, self.device, _ceilings(self.device.torch_device), timing, Reference(),
+        result = run_job(self.job, self.device, _ceilings(self.device.torch_device), timing, ReferenceCache(),
                          self.config.getoption("seed"))
         if result.status != "ok":
             pytest.fail(f"{result.status}: {result.reason}", pytrace=False)

@@ -47,6 +47,7 @@ def _imports(r: Reader, spec) -> None:
         targets += [(f"backends.{b.name}.{k}", getattr(b, k), b.requires) for k in ("source", "build") if getattr(b, k)]
     targets += [(f"peers.{p.name}.impl", p.impl, p.requires) for p in spec.peers.values()]
     targets += [("kernel.op", spec.op, ())] if spec.op else []
+    targets += [("kernel.oracle", spec.oracle, ())] if spec.oracle else []
     for key, path, requires in targets:
         if not all(module_available(m) for m in requires):
             continue  # checked where it can run; the arch resolver reports the missing module
@@ -74,9 +75,9 @@ def _imports(r: Reader, spec) -> None:
         if key == "kernel.op" and type(obj).__name__ not in _OP_TYPES:
             r.problem(key, f'"{path}" is a {type(obj).__name__}, not a torch op (an OpOverload, OpOverloadPacket or '
                            "what torch.library.custom_op returns)")
-        elif key.endswith((".impl", ".reference", ".build")) and not callable(obj):
+        elif key.endswith((".impl", ".reference", ".oracle", ".build")) and not callable(obj):
             r.problem(key, f'"{path}" is not callable')
-        elif key.endswith((".impl", ".reference")):
+        elif key.endswith((".impl", ".reference", ".oracle")):
             _signature(r, spec, key, path, obj)
 
 

@@ -102,7 +102,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
                  "cases", "roofline", "gate"], "", required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
     r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout",
-               "op"],
+               "op", "oracle"],
            "kernel", required=["name", "reference"])
     name = r.get(k, "name", str, "kernel", default="")
     if name and name != Path(r.path).stem:
@@ -183,7 +183,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         tolerances=tolerances, waivers=waivers, symbols=symbols, constraints=constraints, cases=cases,
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
-        op=_import_path(r, k, "kernel", "op") or None,
+        op=_import_path(r, k, "kernel", "op") or None, oracle=_import_path(r, k, "kernel", "oracle") or None,
     )
 
 

@@ -213,6 +213,7 @@ class Spec:
     reference_precision: str = "upcast"
     gate: GateRule | None = None
     op: str | None = None           # "module:attr" of the kernel's own torch op; None: the harness registers one
+    oracle: str | None = None       # an independent implementation the reference backend is checked against
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
