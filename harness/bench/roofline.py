@@ -9,10 +9,8 @@ and passes.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
-from harness.results.model import CaseResult
 from harness.spec.model import Spec
 from harness.timing.ceilings import memory_ceiling
 
@@ -93,13 +91,3 @@ def roofline(spec: Spec, env: dict, median_us: float, ceilings, dtype: str,
 
 def _positive(value):
     return value if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
-
-
-def rejudge(case: CaseResult, spec: Spec, env: dict, ceilings) -> CaseResult:
-    """``case`` with its roofline verdict taken again with its median's interval (the timing step knows only
-    the median)."""
-    if case.status != "ok" or not case.stats or case.verdict == "n/a":
-        return case
-    ci = (case.stats.get("median_ci_lo"), case.stats.get("median_ci_hi"))
-    roof = roofline(spec, env, case.stats["median"], ceilings, case.dtype, ci)
-    return dataclasses.replace(case, verdict=roof["verdict"])

@@ -59,10 +59,8 @@ def cmd_bench(args) -> int:
         return cmd_against(args)
     from harness.bench.dispatch import run_jobs
     from harness.bench.plan import default_out_dir, plan
-    from harness.bench.roofline import rejudge
     from harness.bench.run import Progress
     from harness.bench.speedups import attach_speedups
-    from harness.correctness.args import full_env
     from harness.report.render import render_report
     from harness.results.io import append_case, atomic_write_text, finite_json, write_results
     from harness.results.load import load_partial
@@ -114,8 +112,6 @@ def cmd_bench(args) -> int:
             progress.step(jobs[todo[k]], result)
     end = collect_environment(device=device.torch_device, seed=args.seed, timing=timing)
     environment["at_end"] = {k: end.get(k) for k in ("date", "nvml") if k in end}
-    cases = [rejudge(c, job.spec, full_env(job.spec, job.case, job.dtype), ceilings)
-             for job, c in zip(jobs, cases, strict=True)]
     results = Results(SCHEMA_VERSION, environment, dataclasses.asdict(ceilings), tuple(attach_speedups(cases)),
                       tuple(arch_rows), tuple(waivers), True)
     json_path, csv_path = write_results(results, out)
