@@ -64,7 +64,7 @@ def scale_doc() -> dict:
 
 
 def rich_doc() -> dict:
-    """Every section of the README's spec reference, as rmsnorm.toml and rope.toml use them; its launchers
+    """Every section of the spec reference (docs/spec.md), as rmsnorm.toml and rope.toml use them; its launchers
     take any keyword, as the tensors and params here are not the planted scale kernel's."""
     return {
         "kernel": {"name": NAME, "summary": "every feature", "reference": f"{MOD}:scale_ref_any",
@@ -177,7 +177,7 @@ def validate(data: bytes) -> tuple[int, str, str, str, list]:
 
 
 def _usable(path: Path) -> str | None:
-    """An accepted spec can be called as the README's calling convention says: keyword arguments."""
+    """An accepted spec can be called as the calling convention (docs/spec.md) says: keyword arguments."""
     spec = load(path)
     names = [t.name for t in spec.tensors] + list(spec.params)
     bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
