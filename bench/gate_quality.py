@@ -213,7 +213,7 @@ def sleeper(us: float):
 
 def spin_clock() -> float:
     """Cycles per microsecond of torch.cuda._sleep at working clocks, measured as the engine measures it."""
-    from harness.timing.engine import sleep_cycles_per_us
+    from harness.timing.sampler import sleep_cycles_per_us
 
     return sleep_cycles_per_us(repeats=5)
 

@@ -278,3 +278,26 @@ def test_sample_spans_on_a_real_torch_profiler_trace(tmp_path):
     assert sorted(expected) == [0, 1, 2]
     assert spans == pytest.approx([expected[j][1] - expected[j][0] for j in range(3)])
     assert info["routes"].get("prologue", 0) > 0 and info["routes"].get("unattributed", 0) == 0
+
+
+def test_the_engine_and_the_gate_take_their_samples_from_one_sampler(monkeypatch):
+    """One sampler: a sample means the same in a benchmark and in a merge verdict. Both paths go through
+    harness.timing.sampler (here the CPU's HostSampler), and nothing else takes a sample."""
+    from harness.gate.interleave import BlockConfig, make_timer
+    from harness.timing import sampler as sampler_mod
+    from harness.timing.engine import TimingConfig, measure
+
+    calls = []
+    real = sampler_mod.HostSampler.sample
+
+    def counted(self, fn):
+        calls.append(fn)
+        return real(self, fn)
+
+    monkeypatch.setattr(sampler_mod.HostSampler, "sample", counted)
+    a, b = (lambda: sum(range(200))), (lambda: sum(range(300)))
+    m = measure(a, device="cpu", config=TimingConfig(min_time_s=0.0, timeout_s=1.0, min_samples=10, max_samples=10))
+    assert len(m.samples_us) == 10 and calls.count(a) == 10
+    timer = make_timer(a, b, "cpu", BlockConfig())
+    assert isinstance(timer.sampler, sampler_mod.HostSampler)
+    assert len(timer.block(b, 7)) == 7 and calls.count(b) == 7

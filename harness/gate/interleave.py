@@ -2,10 +2,10 @@
 
 Back-to-back separate runs of the same code drift by more than the effects a gate must see (on an H200,
 up to 12 % at [64, 4096]); inside one process, blocks that alternate in ABBA order keep each pair of
-blocks moments apart, so drift cancels in the pair's ratio. Each sample is taken the way the timing engine
-takes one (harness/timing/engine.py): L2 evicted by a read flush, launches queued behind a spin kernel so
-host overhead never lands in a sample, CUDA events around the call minus the cost of an empty event pair,
-samples below the throttle clock dropped. On a CPU the host clock times each call.
+blocks moments apart, so drift cancels in the pair's ratio. Each sample is taken by the timing engine's own
+sampler (harness/timing/sampler.py): L2 evicted by a read flush, launches queued behind a spin kernel so
+host overhead never lands in a sample, CUDA events around the call minus the cost of an empty event pair;
+samples below the throttle clock are dropped. On a CPU the host clock times each call.
 
 Sampling goes on, a few block pairs at a time, while the verdict is INCONCLUSIVE and the case's budget
 allows; the caller's ``judge`` gives the verdict (harness/gate/verdict.py), so this module holds no rule.
@@ -13,7 +13,7 @@ allows; the caller's ``judge`` gives the verdict (harness/gate/verdict.py), so t
 
 from __future__ import annotations
 
-import statistics
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,82 +51,29 @@ class ABRun:
     wall_s: float
 
 
-class _HostTimer:
-    method = "host-perf-counter"
+class _Timer:
+    """Blocks of samples of one callable from the timing engine's own sampler (harness.timing.sampler), with
+    throttled samples dropped as the engine drops them."""
 
-    def __init__(self, fns):
-        for fn in fns:  # first calls carry imports, allocations and (for Triton) compilation
-            end = time.perf_counter() + 0.05
-            for i in range(1000):
-                fn()
-                if i >= 3 and time.perf_counter() > end:
-                    break
-        self.dropped = self.late = 0
+    def __init__(self, sampler, cfg: BlockConfig, fns):
+        from harness.timing.clocks import is_throttled
 
-    def block(self, fn, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            start = time.perf_counter_ns()
-            fn()
-            out.append((time.perf_counter_ns() - start) / 1e3)
-        return out
-
-
-class _GpuTimer:
-    def __init__(self, dev, cfg: BlockConfig, fns):
-        from harness.timing.clocks import SmClockReader, is_throttled
-        from harness.timing.engine import TimingConfig, _Cuda, _event_pair, _warmup
-
-        self.cu, self.cfg, self.is_throttled = _Cuda(dev, TimingConfig(cold=cfg.cold)), cfg, is_throttled
-        launches = []
-        for fn in fns:  # both sides warm before either is timed; the spin must hide the slower launcher
-            _, launch = _warmup(fn, self.cu.sync, min_s=0.1, cap_s=2.0)
-            launches.append(max(launch[-3:]))
-        self.cu.calibrate_spin(max(launches))
-        self.reader = SmClockReader(dev)
-        self.start, self.end = _event_pair()
-        self.overhead, self.dropped = 0.0, 0
-        self.method = "cuda-events-minus-overhead" if cfg.method == "events" else "host-perf-counter+sync"
-        if cfg.method == "events":
-            empty = []
-            for _ in range(30):  # the fixed cost of an event pair around nothing, behind a spin
-                self.cu.spin()
-                self.start.record()
-                self.end.record()
-                self.end.synchronize()
-                empty.append(self.start.elapsed_time(self.end) * 1e3)
-            self.overhead = statistics.median(empty)
+        self.sampler, self.cfg, self.is_throttled = sampler, cfg, is_throttled
+        sampler.warm(fns)  # both sides warm before either is timed; the spin must hide the slower launcher
+        self.method, self.dropped = sampler.name, 0
 
     @property
     def late(self) -> int:
-        return self.cu.late_discarded
-
-    def _sample(self, fn) -> tuple[float | None, float | None]:
-        cu = self.cu
-        cu.flush()
-        if self.cfg.method == "host":
-            cu.sync()
-            t = time.perf_counter_ns()
-            fn()
-            cu.sync()
-            return (time.perf_counter_ns() - t) / 1e3, self.reader.read_mhz()
-        cu.spin()
-        self.start.record()
-        fn()
-        self.end.record()
-        late, clock = self.start.query(), self.reader.read_mhz()
-        cu.sync()
-        value = self.start.elapsed_time(self.end) * 1e3 - self.overhead
-        return (None if cu.discard_late(late) else value), clock
+        return self.sampler.late_discarded
 
     def block(self, fn, n: int) -> list[float]:
         out, attempts = [], 0
         while len(out) < n and attempts < 4 * n:  # a block of throttled samples stays short, not endless
             attempts += 1
-            value, clock = self._sample(fn)
+            value, clock = self.sampler.sample(fn)
             if value is None:
                 continue
-            if self.is_throttled(clock, self.reader.max_mhz, self.cfg.throttle_fraction):
+            if self.is_throttled(clock, self.sampler.clock.max_mhz, self.cfg.throttle_fraction):
                 self.dropped += 1
                 continue
             out.append(value)
@@ -138,18 +85,16 @@ def make_timer(base_fn, pr_fn, device: str, cfg: BlockConfig):
     for repeated measurements of the same two callables (bench/gate_quality.py repeats each case)."""
     import torch
 
+    from harness.timing.sampler import sampler_for
+
     dev = torch.device(device)
-    if dev.type == "cuda":
-        with torch.cuda.device(dev):
-            return _GpuTimer(dev, cfg, (base_fn, pr_fn))
-    return _HostTimer((base_fn, pr_fn))
+    with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+        return _Timer(sampler_for(dev, cold=cfg.cold, method=cfg.method), cfg, (base_fn, pr_fn))
 
 
 def measure_ab(base_fn: Callable[[], object], pr_fn: Callable[[], object], device: str, cfg: BlockConfig,
                judge: Callable[[list, list], Decision], timer=None) -> ABRun:
     """Block pairs until ``judge`` (blocks -> Decision) is not INCONCLUSIVE, or the budget or block cap ends it."""
-    import contextlib
-
     import torch
 
     t0 = time.perf_counter()

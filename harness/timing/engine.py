@@ -1,5 +1,6 @@
 """Timing engine: device-side samples of a zero-argument callable, cold L2, nvbench-style stopping.
 
+Every sample comes from :mod:`harness.timing.sampler`, which the merge gate's interleaved timing uses too.
 One GPU sample: evict L2 by *reading* a buffer twice the device's L2 (a write flush leaves dirty
 lines that the timed kernel pays to write back), queue a spin kernel so the host's launches hide
 behind it, then run ``fn``. The default method (``"auto"``, which means ``"events"``) brackets ``fn``
@@ -23,14 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, NullClock, SmClockReader, is_throttled, sample_spans
-from harness.timing.environment import llc_bytes
+from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans
+from harness.timing.sampler import GpuSampler, HostSampler, event_pair
 from harness.timing.stats import NOISE_WINDOW, StoppingRule
 
 __all__ = ["Measurement", "StoppingRule", "TimingConfig", "measure", "sample_spans"]
 
 METHODS = ("auto", "cupti", "events", "host")
-_SPIN_MIN_US, _SPIN_CAP_US = 20.0, 10_000.0
 _WARM_TARGET_US, _WARM_MAX_CALLS, _WARM_REPS = 2000.0, 200, 10
 
 
@@ -87,29 +87,6 @@ def measure(fn: Callable[[], object], *, device: torch.device | str,
 
 # ----------------------------------------------------------------------------- shared
 
-def _warmup(fn, sync, *, min_s: float, cap_s: float) -> tuple[list[float], list[float]]:
-    """Call until >= 5 calls, ``min_s`` past the first, and the last 3 within 15% of each other.
-
-    The first call carries JIT compilation and autotuning, however long; ``cap_s`` bounds only the
-    wait for stability after it. Returns per-call (totals, host launch times), in seconds.
-    """
-    totals, launches, first_done = [], [], None
-    while True:
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        totals.append(t2 - t0)
-        launches.append(t1 - t0)
-        first_done = t2 if first_done is None else first_done
-        last = totals[-3:]
-        if len(totals) >= 5 and t2 - first_done >= min_s and max(last) <= 1.15 * min(last):
-            return totals, launches
-        if t2 - first_done >= cap_s or len(totals) >= 100_000:
-            return totals, launches
-
-
 def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params: dict):
     """Run ``batch(count, deadline) -> [(value_us | None, clock_mhz | None)]`` until the rule stops.
 
@@ -153,30 +130,20 @@ def _finish(kept, dropped, clocks, reason, warm, method, params, t0) -> Measurem
 # ----------------------------------------------------------------------------- CPU
 
 def _measure_cpu(fn, cfg: TimingConfig, t0: float) -> Measurement:
-    params: dict = {"flush": "none"}
-    flush = None
-    if cfg.cold and cfg.cpu_flush:
-        nbytes = 2 * llc_bytes()
-        flush = torch.ones(nbytes // 8, dtype=torch.float64).sum
-        params.update(flush=f"read {nbytes} bytes (2x the last-level cache) before each sample",
-                      flush_bytes=nbytes)
-    totals, _ = _warmup(fn, lambda: None, min_s=0.0, cap_s=min(1.0, cfg.timeout_s / 4))
+    sampler = HostSampler(flush=cfg.cold and cfg.cpu_flush)
+    params: dict = sampler.params()
+    (totals,) = sampler.warm([fn], min_s=0.0, cap_s=min(1.0, cfg.timeout_s / 4))
     params.update(warmup_calls=len(totals), warmup_s=sum(totals))
 
     def batch(count, deadline):
         out = []
         for _ in range(count):
-            if flush is not None:
-                flush()
-            start = time.perf_counter_ns()
-            fn()
-            out.append(((time.perf_counter_ns() - start) / 1e3, None))
+            out.append(sampler.sample(fn))
             if time.perf_counter() >= deadline:
                 break
         return out
 
-    reader = NullClock("host timing on a CPU")
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, reader, t0, 1, params)
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, sampler.clock, t0, 1, params)
     k = _warm_calls(statistics.median(kept) if kept else 1.0, target_us=5000.0, cap=1000)
     warm, started = [], time.perf_counter()
     while len(warm) < 5 and (not warm or time.perf_counter() - started < 1.0):
@@ -185,7 +152,7 @@ def _measure_cpu(fn, cfg: TimingConfig, t0: float) -> Measurement:
             fn()
         warm.append((time.perf_counter_ns() - start) / 1e3 / k)
     params.update(warm_method="back-to-back host calls", warm_k=k, warm_reps=len(warm))
-    return _finish(kept, dropped, clocks, reason, warm, "host-perf-counter", params, t0)
+    return _finish(kept, dropped, clocks, reason, warm, sampler.name, params, t0)
 
 
 def _warm_calls(median_us: float, *, target_us: float, cap: int) -> int:
@@ -194,80 +161,7 @@ def _warm_calls(median_us: float, *, target_us: float, cap: int) -> int:
 
 # ----------------------------------------------------------------------------- CUDA
 
-class _Cuda:
-    """Read flush, spin kernel and the launch-gap guard shared by the GPU methods."""
-
-    def __init__(self, dev: torch.device, cfg: TimingConfig):
-        self.dev = dev
-        self.l2_bytes = int(torch.cuda.get_device_properties(dev).L2_cache_size)
-        self.flush_bytes = 2 * self.l2_bytes if cfg.cold else 0
-        self.buf = torch.zeros(self.flush_bytes // 4, dtype=torch.float32, device=dev) if cfg.cold else None
-        self.acc = torch.zeros((), dtype=torch.float32, device=dev)
-        self.spin_us, self.cycles_per_us = _SPIN_MIN_US, 1000.0
-        self.late_discarded, self.late_kept = 0, 0
-        self.late_us: list[float] = []  # discarded cold samples, kept raw for the record
-
-    def calibrate_spin(self, host_launch_s: float) -> None:
-        self.cycles_per_us = sleep_cycles_per_us()
-        self.size_spin(host_launch_s)
-
-    def size_spin(self, host_launch_s: float) -> None:
-        self.spin_us = min(_SPIN_CAP_US, max(_SPIN_MIN_US, 2e6 * host_launch_s + 20.0))
-
-    def flush(self) -> None:
-        if self.buf is not None:
-            torch.sum(self.buf, dim=0, out=self.acc)  # reads every byte, writes one scalar
-
-    def spin(self) -> None:
-        torch.cuda._sleep(int(self.spin_us * self.cycles_per_us))
-
-    def sync(self) -> None:
-        torch.cuda.synchronize(self.dev)
-
-    def discard_late(self, late: bool) -> bool:
-        """``late``: the spin had ended before the host finished launching fn, so launch gaps may be
-        in the sample. Drop it and double the spin; at the cap (fn synchronises inside) keep it."""
-        if not late:
-            return False
-        if self.spin_us < _SPIN_CAP_US:
-            self.spin_us = min(_SPIN_CAP_US, 2 * self.spin_us)
-            self.late_discarded += 1
-            return True
-        self.late_kept += 1
-        return False
-
-    def params(self) -> dict:
-        return {"flush": (f"read {self.flush_bytes} bytes (2x L2 of {self.l2_bytes}) with torch.sum before "
-                          "each sample" if self.buf is not None else "none (warm L2)"),
-                "flush_kind": "read" if self.buf is not None else "none", "flush_bytes": self.flush_bytes,
-                "l2_bytes": self.l2_bytes, "spin_us": self.spin_us, "spin_cycles_per_us": self.cycles_per_us,
-                "late_discarded": self.late_discarded, "late_discarded_us": self.late_us,
-                "late_kept": self.late_kept}
-
-
-def sleep_cycles_per_us(repeats: int = 3) -> float:
-    """Cycles per microsecond of torch.cuda._sleep on the current device: the fastest of ``repeats`` 1M-cycle
-    spins, so measure after warm-up, at working clocks."""
-    start, end = _event_pair()
-    best = math.inf
-    for _ in range(repeats):
-        start.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3)
-    return 1_000_000 / best
-
-
-def _event_pair():
-    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-
 def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float) -> Measurement:
-    reader, cu, params = SmClockReader(dev), _Cuda(dev, cfg), {}
-    totals, launches = _warmup(fn, cu.sync, min_s=0.1, cap_s=min(5.0, cfg.timeout_s / 3))
-    params.update(warmup_calls=len(totals), warmup_s=sum(totals))
-    cu.calibrate_spin(max(launches[-3:]))
     method = cfg.method
     if method == "auto":
         # Measured on the H200 against Nsight Compute's gpu__time_duration (bench/gpu_timing_check.py):
@@ -275,56 +169,29 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float) -> Measurement:
         # [64, 4096]; CUPTI's kernel span reads 1 us short on the small case (it excludes the launch
         # front-end that ncu counts). So auto means events; cupti stays available by name.
         method = "events"
+    cu = GpuSampler(dev, cold=cfg.cold, method="host" if method == "host" else "events")
+    params: dict = {}
+    (totals,) = cu.warm([fn], min_s=0.1, cap_s=min(5.0, cfg.timeout_s / 3))
+    params.update(warmup_calls=len(totals), warmup_s=sum(totals))
     if method == "cupti":  # asked for by name: an unusable CUPTI is an error, never a silent switch
         try:
-            batch, chunk, name = _cupti_batch(fn, cu, reader, params, statistics.median(totals[-3:]))
+            batch, chunk, name = _cupti_batch(fn, cu, params, statistics.median(totals[-3:]))
         except _CuptiUnusable as exc:
             raise RuntimeError(f"cupti timing unusable: {exc}") from exc
     else:
-        batch, chunk = _plain_batch(fn, cu, reader, params, events=method == "events"), 1
-        name = "cuda-events-minus-overhead" if method == "events" else "host-perf-counter+sync"
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, reader, t0, chunk, params)
+        batch, chunk, name = _plain_batch(fn, cu), 1, cu.name
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, t0, chunk, params)
     warm = _warm_cuda(fn, cu, statistics.median(kept) if kept else 1.0, params)
     params.update(cu.params())
     return _finish(kept, dropped, clocks, reason, warm, name, params, t0)
 
 
-def _plain_batch(fn, cu: _Cuda, reader, params: dict, *, events: bool):
-    """CUDA events behind a spin (overhead subtracted), or host time around fn + synchronize."""
-    start, end = _event_pair()
-    overhead = 0.0
-    if events:
-        empty = []
-        for _ in range(30):  # the fixed cost of an event pair around nothing, behind a spin
-            cu.spin()
-            start.record()
-            end.record()
-            end.synchronize()
-            empty.append(start.elapsed_time(end) * 1e3)
-        overhead = params["event_overhead_us"] = statistics.median(empty)
-
+def _plain_batch(fn, cu: GpuSampler):
+    """One sample at a time from the sampler: CUDA events behind a spin, or host time around a synchronize."""
     def batch(count, deadline):
         out = []
         for _ in range(count):
-            cu.flush()
-            if events:
-                cu.spin()
-                start.record()
-                fn()
-                end.record()
-                late, clock = start.query(), reader.read_mhz()
-                cu.sync()
-                value = start.elapsed_time(end) * 1e3 - overhead
-                if cu.discard_late(late):
-                    cu.late_us.append(value)
-                    value = None
-            else:
-                cu.sync()
-                t = time.perf_counter_ns()
-                fn()
-                cu.sync()
-                value, clock = (time.perf_counter_ns() - t) / 1e3, reader.read_mhz()
-            out.append((value, clock))
+            out.append(cu.sample(fn))
             if time.perf_counter() >= deadline:
                 break
         return out
@@ -335,7 +202,7 @@ class _CuptiUnusable(RuntimeError):
     pass
 
 
-def _cupti_batch(fn, cu: _Cuda, reader, params: dict, call_s: float):
+def _cupti_batch(fn, cu: GpuSampler, params: dict, call_s: float):
     """Many samples per profiler session (a session has a fixed cost of tens of milliseconds)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -354,7 +221,7 @@ def _cupti_batch(fn, cu: _Cuda, reader, params: dict, call_s: float):
                 with record_function(f"{SAMPLE_TAG}{j}"):
                     fn()
                 late = marker.query()
-                clocks.append(reader.read_mhz())
+                clocks.append(cu.clock.read_mhz())
                 cu.sync()
                 dropped.append(cu.discard_late(late))
                 if time.perf_counter() >= deadline:
@@ -387,7 +254,7 @@ def _cupti_batch(fn, cu: _Cuda, reader, params: dict, call_s: float):
 
 # ----------------------------------------------------------------------------- warm (hot) time
 
-def _graph_launcher(fn, k: int, cu: _Cuda):
+def _graph_launcher(fn, k: int, cu: GpuSampler):
     """Replay of a CUDA graph of k calls; k plain calls when capture fails (fn synchronises, say)."""
     try:
         side, main = torch.cuda.Stream(cu.dev), torch.cuda.current_stream(cu.dev)
@@ -415,7 +282,7 @@ def _graph_launcher(fn, k: int, cu: _Cuda):
         return launch, "back-to-back-events", f"graph capture failed: {type(exc).__name__}: {exc}"[:300]
 
 
-def _warm_cuda(fn, cu: _Cuda, cold_median_us: float, params: dict) -> list[float]:
+def _warm_cuda(fn, cu: GpuSampler, cold_median_us: float, params: dict) -> list[float]:
     """Hot time per call: k back-to-back calls (about 2 ms of work) behind a spin, events / k."""
     k = _warm_calls(cold_median_us, target_us=_WARM_TARGET_US, cap=_WARM_MAX_CALLS)
     launch, kind, note = _graph_launcher(fn, k, cu)
@@ -425,7 +292,7 @@ def _warm_cuda(fn, cu: _Cuda, cold_median_us: float, params: dict) -> list[float
     cu.sync()
     saved = cu.spin_us, cu.late_discarded, cu.late_kept
     cu.size_spin(host_s)
-    start, end = _event_pair()
+    start, end = event_pair()
     out, tries, deadline = [], 0, time.perf_counter() + 2.0
     while len(out) < _WARM_REPS and tries < 4 * _WARM_REPS:
         if len(out) >= 3 and time.perf_counter() > deadline:  # at least 3 repetitions, then 2 s at most
