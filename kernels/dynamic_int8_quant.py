@@ -13,7 +13,6 @@ bit for bit.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -21,11 +20,11 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from kernels.common import interpreted
+
 # Longest row held in registers in one pass; longer rows are read twice (absmax, then quantise).
 _MAX_SINGLE_BLOCK = 8192
 _BLOCK = 4096
-# The Triton interpreter (CPU) cannot call libdevice: rounding is spelled out there (see _round_half_even).
-_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ def dynamic_int8_quant(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor)
     cfg = QuantConfig.for_shape(hidden)
     _quant_kernel[(tokens,)](x, q, scale, hidden, x.stride(0), x.stride(1), q.stride(0), q.stride(1),
                              scale.stride(0), BLOCK_N=cfg.block_n, SINGLE=cfg.single_pass,
-                             INTERPRET=_INTERPRETED, num_warps=cfg.num_warps)
+                             INTERPRET=interpreted(x), num_warps=cfg.num_warps)
 
 
 def dynamic_int8_quant_ref(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import round_to_bf16
+from kernels.common import interpreted, round_to_bf16
 
 # INTERP_BF16, set for bf16 on the CPU (the Triton interpreter) only, works around two of its differences
 # from a GPU: its fp32 -> bf16 cast truncates (the kernel rounds to nearest even first, as a GPU's cast
@@ -219,7 +219,7 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         return
     group = heads_q // heads_kv
     cfg = config or FlashAttentionConfig.for_shape(seq_q, head_dim, group, q.dtype,
-                                                   interpreted=q.device.type == "cpu")
+                                                   interpreted=interpreted(q))
     if group % cfg.pack:
         raise ValueError(f"flash_attention: config packs {cfg.pack} q heads, which does not divide {group}")
     n_head_blocks = heads_q // cfg.pack
@@ -229,7 +229,7 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,  # fp32: exact, not tf32
-        INTERP_BF16=q.device.type == "cpu" and out.dtype == torch.bfloat16,
+        INTERP_BF16=interpreted(q) and out.dtype == torch.bfloat16,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 

@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import RMSNormConfig, needs_bf16_rounding, round_to_bf16
+from kernels.common import needs_bf16_rounding, round_to_bf16
+from kernels.rmsnorm import RMSNormConfig
 
 
 @triton.jit

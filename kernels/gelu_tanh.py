@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+from kernels.common import needs_bf16_rounding, round_to_bf16
 from kernels.silu_and_mul import SiluAndMulConfig
 
 # Flat (contiguous) elements per program, at most: 16 per thread at 8 warps, two or four 16-byte loads each.

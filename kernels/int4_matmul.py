@@ -40,8 +40,8 @@ along N and, where N gives too few programs to fill the GPU, a split of K (``_sp
 fp32 partial tile to a workspace and a second small kernel sums the splits in a fixed order and rounds once into
 c. No atomics: the result is deterministic and independent of which split finishes first.
 
-Measured on an H200 (bench/experiments/int4_probe.py, triton 3.6, bf16, against F.linear on the resident bf16
-weight): M = 1, N = K = 4096: 12.5 us against 13.0 (1.04x); N = 4096, K = 14336: 22.7 against 32.1 (1.42x);
+Measured on an H200 (reports/h200/experiments/int4/int4_probe.py, triton 3.6, bf16, against F.linear on the resident
+bf16 weight): M = 1, N = K = 4096: 12.5 us against 13.0 (1.04x); N = 4096, K = 14336: 22.7 against 32.1 (1.42x);
 N = 14336, K = 4096: 30.7 against 31.6 (1.03x; 1.34x at M = 4). The issue's 3x is not reached: Nsight Compute
 showed the decode kernel (word path) bound by instruction latency at low occupancy: about 5 instructions issued
 per weight in all, 23% of issue slots busy, 15 of 64 warps resident per SM (~100-140 registers a thread), 15-18%
@@ -50,7 +50,6 @@ of DRAM bandwidth. From M = 64 on it is 0.3-0.7x of cuBLAS: the dequantisation i
 
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass
 
@@ -58,8 +57,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
 from kernels.matmul import grouped_tile
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 GROUP_SIZE = 128
 # Programs that share a band of a's rows walk w's columns together, so a band stays in L2 while it is used.
@@ -432,19 +431,6 @@ _int4_matmul_autotuned = triton.autotune(
 )(_int4_matmul_kernel)
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _num_sms(device: torch.device) -> int:
-    """Multiprocessors of the device (an H100/H200's 132 where there is no CUDA device: `harness matrix` records
-    launches on meta tensors)."""
-    if device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 132
-
-
 # Decode split of K: aim for this many programs per multiprocessor (the weight stream needs several tiles in
 # flight on each), with each split at least _MIN_SPLIT_GROUPS groups long (the fixed cost of a program and the
 # workspace's round trip stay small against the bytes it streams).
@@ -502,8 +488,8 @@ def int4_matmul(
 ) -> None:
     """Triton weight-only int4 GEMM ``c = a @ dequant(w).T``; any strides on every tensor.
 
-    ``config``, ``split_k`` and ``words`` (tuning experiments: bench/experiments/int4_probe.py --sweep) replace
-    the autotuner's choice, the decode split heuristic and the choice of how w is read."""
+    ``config``, ``split_k`` and ``words`` (tuning experiments: reports/h200/experiments/int4/int4_probe.py
+    --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
     _check(a, w, scales, zeros, c)
     if a.dtype not in (torch.float16, torch.bfloat16) or scales.dtype != a.dtype or c.dtype != a.dtype:
         raise ValueError(
@@ -517,13 +503,13 @@ def int4_matmul(
     if k == 0:  # an empty sum; no tensor to read from
         c.zero_()
         return
-    interpreted = a.device.type == "cpu"
-    if interpreted:  # the Triton interpreter: one large tile, no autotuning; split K where a GPU launch would
+    interp = interpreted(a)
+    if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)
         split = 2 if m <= _DECODE_M and k > GROUP_SIZE else 1  # so that CPU runs check the split-K path too
     else:
         cfg = config
-        split = split_k or _split_k(m, n, k, _num_sms(a.device))
+        split = split_k or _split_k(m, n, k, sm_count(a.device))
 
     words = _words_ok(w, k) if words is None else words
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
@@ -556,16 +542,14 @@ def int4_matmul(
         zeros.stride(1),
         *out_strides,
     )
-    # the interpreter's numerics workarounds only where it runs (a CPU tensor); a GPU launch, or one recorded on
-    # meta tensors by `harness matrix` in an interpreted process, compiles the GPU code
-    rne = interpreted and needs_bf16_rounding(c)
+    rne = needs_bf16_rounding(c)
     flags = dict(
         GROUP=GROUP_SIZE,
         WORDS=words,
         SWAP_MIN_M=_SWAP_MIN_M if swap_min_m is None else swap_min_m,
         IS_BF16=is_bf16,
-        INTERPRETED=interpreted,
-        DEQUANT_F32=interpreted and is_bf16,
+        INTERPRETED=interp,
+        DEQUANT_F32=interp and is_bf16,
         RNE_BF16=rne and split == 1,
     )
     if cfg is not None:

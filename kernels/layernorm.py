@@ -18,9 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import needs_bf16_rounding, round_to_bf16
+
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so the same launch heuristic:
 # rows packed per program while many remain, one row in registers up to 8192 columns, blocks beyond.
-from kernels.rmsnorm import RMSNormConfig, needs_bf16_rounding, round_to_bf16
+from kernels.rmsnorm import RMSNormConfig
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import load_cuda_extension, needs_bf16_rounding, round_to_bf16
+from kernels.common import interpreted, load_cuda_extension, needs_bf16_rounding, round_to_bf16, sm_count
 
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
 # Programs that share a band of a's rows walk b's columns together, so a band stays in L2 while it is used.
@@ -207,7 +207,7 @@ def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Ten
         return
     args = (a, b, bias, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0),
             c.stride(0), c.stride(1))
-    if a.device.type == "cpu":  # the Triton interpreter: one large tile, no autotuning (it would time nothing)
+    if interpreted(a):  # one large tile, no autotuning (it would time nothing)
         cfg = MatmulConfig.interpreted(m, n, k)
         grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
         _matmul_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
@@ -299,11 +299,6 @@ def _cuda_module(capability: tuple[int, int]):
     return load_cuda_extension("kh_matmul_cuda", _BINDING_SRC, CUDA_SRC, ["matmul_fwd"], capability)
 
 
-@functools.cache
-def multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def build_cuda() -> None:
     """The harness's build hook: compile for the current device once, so a failed build is a fallback with
     its reason (the triton backend runs instead) rather than an error in every test."""
@@ -333,5 +328,5 @@ def matmul_cuda(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torc
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     module = _cuda_module(torch.cuda.get_device_capability(index))
     with torch.cuda.device(index):
-        module.matmul_fwd(c, a, b, bias, code, -1 if config is None else config, multiprocessors(index),
+        module.matmul_fwd(c, a, b, bias, code, -1 if config is None else config, sm_count(a.device),
                           torch.cuda.current_stream(index).cuda_stream)

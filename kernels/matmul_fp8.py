@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 _GROUP_M = 8
 
@@ -120,7 +120,7 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
         return
     args = (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             stride_sa, stride_sb, c.stride(0), c.stride(1))
-    if a.device.type == "cpu":  # the Triton interpreter: one large tile, no autotuning; its dot is exact fp32
+    if interpreted(a):  # one large tile, no autotuning; the interpreter's dot is exact fp32
         cfg = MatmulConfig.interpreted(m, n, k)
         grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
         _matmul_fp8_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,

@@ -7,7 +7,7 @@ by the TMA engine from host-built descriptors (no address arithmetic or masks in
 pipeliner feeds wgmma from shared memory), one program per SM walks the output tiles with stride NUM_SMS
 (no tail wave, the next tile's loads start under this one's epilogue), and the 128 x 256 tile stores c in two
 halves so its staging buffer leaves room for a 4th stage. Measured on the H200 against cuBLAS in
-bench/experiments/matmul_tma.py (reports/h200/experiments/matmul_tma/): 0.99-1.03x at 4096^3, 8192^3,
+the TMA experiment (reports/h200/experiments/matmul_tma/matmul_tma.log): 0.99-1.03x at 4096^3, 8192^3,
 4096x14336x4096 and 4096x4096x14336, where the pointer kernel reached 0.75-0.85x.
 
 A launch this path does not take goes to :func:`kernels.matmul.matmul`, the pointer kernel, so the backend is
@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul, multiprocessors
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul
 
 try:  # Triton 3.4+ (the GPU machine's 3.6 and the newest both have it)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -41,9 +41,7 @@ except ImportError:  # an older Triton: every launch goes to the pointer kernel
 # The smallest M this path takes on a GPU (see the module docstring for the measurements behind it).
 MIN_M = 1024
 _GROUP_M = 8
-# NUM_SMS when recording launches on meta tensors (`harness matrix`: a constexpr, so any value compiles the
-# same code); the H100/H200's SM count. Under the interpreter, two programs walk several tiles each.
-_META_SMS = 132
+# Under the interpreter, two programs walk several tiles each.
 _INTERP_SMS = 2
 _INTERP_BLOCK = 64
 
@@ -178,7 +176,7 @@ def descriptor_path(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, configs=C
     if TensorDescriptor is None or not all(_tma_ready(t) for t in (a, b, c)):
         return False
     (m, k), n = a.shape, b.shape[0]
-    if a.device.type == "cpu":
+    if interpreted(a):
         return min(m, n, k) >= 16
     if a.device.type == "cuda" and _major(a.device.index if a.device.index is not None else
                                           torch.cuda.current_device()) < 9:
@@ -199,7 +197,7 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
     per SM, boxes set by each config's pre-hook; under the interpreter, :meth:`PersistentConfig.interpreted`
     with two programs, so each walks several tiles."""
     (m, k), n = a.shape, b.shape[0]
-    if a.device.type == "cpu":
+    if interpreted(a):
         cfg = PersistentConfig.interpreted(m, n, k)
         c_box = [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]
         descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
@@ -210,8 +208,7 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
             EPILOGUE_SUBTILE=cfg.subtile, NUM_SMS=_INTERP_SMS, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **constexprs)
         return
-    sms = multiprocessors(a.device.index if a.device.index is not None else torch.cuda.current_device()) \
-        if a.device.type == "cuda" else _META_SMS
+    sms = sm_count(a.device)
     descs = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]  # boxes: set by _set_boxes
 
     def grid(meta):
@@ -226,7 +223,6 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
     if not takes(a, b, c):
         matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
         return
-    interpreted = a.device.type == "cpu"
     launch_persistent(_persistent_kernel, _persistent_autotuned, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1],
                       bias.stride(0), EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
-                      UPCAST_DOT=interpreted and a.dtype == torch.bfloat16)
+                      UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)

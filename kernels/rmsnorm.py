@@ -7,12 +7,13 @@ computed in fp32 and rounded once, to out's dtype, at the end.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from kernels.common import load_cuda_extension, needs_bf16_rounding, round_to_bf16
 
 # Columns one pass holds in registers; a longer row is read twice (sum of squares, then normalise).
 _MAX_BLOCK_N = 8192
@@ -20,22 +21,6 @@ _MAX_BLOCK_N = 8192
 _TILE = 4096
 # About two waves of programs on a 132-SM H100/H200: rows are packed only while more remain than this.
 _MIN_PROGRAMS = 264
-# The Triton interpreter (CPU) truncates fp32 -> bf16 where GPUs round to nearest even. Under it the
-# kernels round explicitly before the cast, so CPU runs have GPU numerics; compiled code is unchanged.
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def needs_bf16_rounding(t: torch.Tensor) -> bool:
-    """The RNE_BF16 flag for a kernel storing into ``t``."""
-    return INTERPRETED and t.dtype == torch.bfloat16
-
-
-@triton.jit
-def round_to_bf16(y):
-    """fp32 rounded to the nearest bf16 value (ties to even), still fp32: the cast after it is exact."""
-    bits = y.to(tl.uint32, bitcast=True)
-    bits = bits + 0x7FFF + ((bits >> 16) & 1)
-    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
 
 
 @dataclass(frozen=True)
@@ -331,24 +316,6 @@ void rmsnorm_fwd(torch::Tensor out, torch::Tensor x, torch::Tensor weight, doubl
 """
 
 _CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def load_cuda_extension(name: str, binding_src: str, cuda_src: str, functions: list[str],
-                        capability: tuple[int, int]):
-    """A torch extension built from inline sources (first call only; torch caches it on disk too) for one
-    architecture alone: TORCH_CUDA_ARCH_LIST is set to it for the build and restored after."""
-    from torch.utils.cpp_extension import load_inline
-
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
-    try:
-        return load_inline(name=f"{name}_sm{capability[0]}{capability[1]}", cpp_sources=[binding_src],
-                           cuda_sources=[cuda_src], functions=functions, extra_cuda_cflags=["-O3"])
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
 @functools.cache

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import interpreted
+
 # Rotation pairs one program handles per tensor: enough to amortise the position and cos/sin loads and
 # the program's start, few enough to stay in registers (measured best on an H200 for 128-dim heads).
 _PAIRS_PER_PROGRAM = 2048
@@ -169,8 +171,7 @@ def rope(
     head_size = operator.index(head_size)
     if tokens == 0 or max(heads, kv_heads) == 0:
         return
-    interpreted = query.device.type == "cpu"
-    cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype, interpreted)
+    cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype, interpreted(query))
     k = query if key is None else key  # kv_heads == 0 masks every key access
     grid = (triton.cdiv(tokens, cfg.block_t), triton.cdiv(max(heads, kv_heads), cfg.block_h))
     _rope_kernel[grid](

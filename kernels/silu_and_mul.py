@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
+from kernels.common import needs_bf16_rounding, round_to_bf16
 
 # Output elements per program: 16 KB of fp32 operands in flight, few enough programs for a long row.
 _TILE = 4096

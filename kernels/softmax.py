@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import interpreted
+
 # Longest row kept in registers in one pass (elements); longer rows take the online two-pass path. On an
 # H200 one pass over a 32000-column fp32 row ran at 98% of copy bandwidth, the online path at 66-78%.
 _MAX_SINGLE_BLOCK = 32768
@@ -124,7 +126,7 @@ def softmax(*, x, out, config: SoftmaxConfig | None = None) -> None:
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    cfg = config or SoftmaxConfig.for_shape(rows, cols, x.dtype, interpreted=x.device.type == "cpu")
+    cfg = config or SoftmaxConfig.for_shape(rows, cols, x.dtype, interpreted=interpreted(x))
     if cfg.single_pass and cfg.block_n < cols:
         raise ValueError(f"softmax: a single-pass config needs block_n >= cols, got {cfg.block_n} < {cols}")
     kernel = _softmax_single_kernel if cfg.single_pass else _softmax_online_kernel

@@ -110,10 +110,26 @@ def test_a_module_means_every_kernel_that_runs_it(tmp_path):
     assert affected(["kernels/unused.py"], known, uses).everything
 
 
-def test_the_repository_gemm_modules():
+@pytest.fixture
+def repository_uses():
+    """This repository's kernels and the kernels/ modules each runs."""
     from harness.cli.affected import kernel_modules
 
     repo = Path(__file__).resolve().parents[1]
-    known = [p.stem for p in (repo / "specs").glob("*.toml")]
-    uses = kernel_modules(repo / "specs", repo / "kernels", known)
+    known = sorted(p.stem for p in (repo / "specs").glob("*.toml"))
+    return known, kernel_modules(repo / "specs", repo / "kernels", known)
+
+
+def test_the_repository_gemm_modules(repository_uses):
+    known, uses = repository_uses
     assert {"int4_matmul", "matmul", "matmul_fp8"} <= set(affected(["kernels/matmul.py"], known, uses).kernels)
+
+
+def test_the_repository_shared_helpers(repository_uses):
+    """kernels/common.py holds the helpers every kernel runs (interpreter test, bf16 rounding): a change to it
+    reaches each kernel through the imports, not as an unknown path; kernels/rmsnorm.py, no longer the helpers'
+    home, reaches only the norms that share its launch heuristic."""
+    known, uses = repository_uses
+    common = affected(["kernels/common.py"], known, uses)
+    assert (common.kernels, common.everything) == (tuple(known), False)
+    assert affected(["kernels/rmsnorm.py"], known, uses).kernels == ("fused_add_rmsnorm", "layernorm", "rmsnorm")

@@ -36,9 +36,9 @@ TEMPLATES = REPO / "harness" / "cli" / "templates"
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A project root holding the kernel package as a contributor's checkout has it (the skeleton imports
-    kernels.rmsnorm's bf16 rounding), and no spec."""
+    kernels.common's interpreter test and bf16 rounding), and no spec."""
     (tmp_path / "kernels").mkdir()
-    for f in ("__init__.py", "rmsnorm.py"):
+    for f in ("__init__.py", "common.py"):
         shutil.copy(REPO / "kernels" / f, tmp_path / "kernels" / f)
     return tmp_path
 
@@ -117,7 +117,7 @@ def test_a_bad_name_fails_with_one_line_and_writes_nothing(project, capsys, bad)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and repr(bad) in err, err
     assert not (project / "specs").exists()
-    assert sorted(p.name for p in (project / "kernels").iterdir()) == ["__init__.py", "rmsnorm.py"]
+    assert sorted(p.name for p in (project / "kernels").iterdir()) == ["__init__.py", "common.py"]
 
 
 def test_a_root_without_kernels_is_refused(tmp_path, capsys):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernels.common import needs_bf16_rounding
 from kernels.matmul import MatmulConfig
 from kernels.matmul_fp8 import _matmul_fp8_kernel, _scale_stride, matmul_fp8, matmul_fp8_ref
-from kernels.rmsnorm import needs_bf16_rounding
 
 __all__ = ["matmul_fp8", "matmul_fp8_ref", "first_scale_only", "e5m2_bits", "drops_k_tail", "bf16_accumulator"]
 

@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import needs_bf16_rounding, round_to_bf16
 from kernels.matmul import MatmulConfig, _matmul_kernel, epilogue_code, fused_epilogue, matmul, matmul_ref
-from kernels.rmsnorm import needs_bf16_rounding, round_to_bf16
 
 __all__ = ["matmul", "matmul_ref", "matmul_drops_k_tail", "matmul_16bit_accumulator"]
 

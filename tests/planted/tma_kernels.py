@@ -12,9 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common import needs_bf16_rounding
 from kernels.matmul import epilogue_code, grouped_tile, matmul
 from kernels.matmul_tma import _finish, launch_persistent, takes
-from kernels.rmsnorm import needs_bf16_rounding
 
 
 @triton.jit

@@ -37,6 +37,7 @@ from harness.spec.load import load as load_spec  # noqa: E402
 from harness.spec.model import Case  # noqa: E402
 from harness.timing.engine import TimingConfig, measure  # noqa: E402
 from kernels import int4_matmul as q4  # noqa: E402
+from kernels.common import sm_count  # noqa: E402
 
 MS = (1, 4, 16, 64, 256, 1024, 4096)
 NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
@@ -112,7 +113,7 @@ def check(spec, m: int, n: int, k: int, dtype_name: str, padded: bool = False) -
         "elements_differing": int((c != ref).sum()),
         "numel": c.numel(),
         "deterministic": bool(torch.equal(c.view(torch.int16), again.view(torch.int16))),
-        "split_k": q4._split_k(m, n, k, q4._num_sms(a.device)),
+        "split_k": q4._split_k(m, n, k, sm_count(a.device)),
         "config": chosen_config(),
         "atol": tol.atol,
         "rtol": tol.rtol,
@@ -165,7 +166,7 @@ def time_case(m: int, n: int, k: int) -> dict:
         "bf16_GBps": bd / t_dense / 1e3,
         "int4_TFLOPs": 2 * m * n * k / t_int4 / 1e6,
         "bf16_TFLOPs": 2 * m * n * k / t_dense / 1e6,
-        "split_k": q4._split_k(m, n, k, q4._num_sms(a.device)),
+        "split_k": q4._split_k(m, n, k, sm_count(a.device)),
         "config": chosen_config(),
         "int4_timing": info_int4,
         "bf16_timing": info_dense,

@@ -390,7 +390,7 @@ def tune(out: dict) -> None:
 
     import torch
 
-    from kernels.matmul import _multiprocessors
+    from kernels.common import sm_count
 
     cap = torch.cuda.get_device_capability()
     arch = f"{cap[0]}.{cap[1]}"
@@ -400,7 +400,7 @@ def tune(out: dict) -> None:
     with ProcessPoolExecutor(len(names), mp_context=multiprocessing.get_context("spawn")) as pool:
         errors = list(pool.map(_build_variant_proc, range(len(names)), names, [arch] * len(names)))
     log(f"variants built in {time.monotonic() - t0:.0f} s")
-    sms = _multiprocessors(torch.cuda.current_device())
+    sms = sm_count(torch.device("cuda", torch.cuda.current_device()))
     for index, (name, error) in enumerate(zip(names, errors, strict=True)):
         row = out["tune"].setdefault(name, {})
         if error:

@@ -1,0 +1,72 @@
+"""Helpers shared by the kernel modules: whether a launch runs under the Triton interpreter, the bf16 rounding
+that gives interpreted runs GPU numerics, the SM count, and building a CUDA C++ backend.
+
+They live here, not in one kernel's module, so a kernel that needs them does not import (and, for
+``harness affected``, depend on) another kernel. Kernel modules never import the harness, and neither does this.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# An H100/H200's SM count, standing in for a GPU's where launches are recorded on meta tensors (`harness matrix`).
+_RECORDING_SMS = 132
+
+
+def interpreted(t: torch.Tensor) -> bool:
+    """Whether a launch on ``t`` runs under the Triton interpreter.
+
+    Asked of the tensor rather than of TRITON_INTERPRET: the harness interprets exactly when it has no GPU, so
+    its tensors are then on the CPU, while `harness matrix` records launches on meta tensors in that same
+    process and must get the code a GPU would compile."""
+    return t.device.type == "cpu"
+
+
+def needs_bf16_rounding(t: torch.Tensor) -> bool:
+    """The RNE_BF16 flag for a kernel storing into ``t``: the interpreter truncates fp32 -> bf16 where a GPU
+    rounds to nearest even, so interpreted kernels round explicitly (:func:`round_to_bf16`) before the cast."""
+    return interpreted(t) and t.dtype == torch.bfloat16
+
+
+@triton.jit
+def round_to_bf16(y):
+    """fp32 rounded to the nearest bf16 value (ties to even), still fp32: the cast after it is exact."""
+    bits = y.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of ``device``; a meta (or CPU) device gets an H100/H200's count."""
+    if device.type != "cuda":
+        return _RECORDING_SMS
+    # resolved before the cache: the current device can change between calls
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def load_cuda_extension(name: str, binding_src: str, cuda_src: str, functions: list[str],
+                        capability: tuple[int, int]):
+    """A torch extension built from inline sources (first call only; torch caches it on disk too) for one
+    architecture alone: TORCH_CUDA_ARCH_LIST is set to it for the build and restored after."""
+    from torch.utils.cpp_extension import load_inline
+
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
+    try:
+        return load_inline(name=f"{name}_sm{capability[0]}{capability[1]}", cpp_sources=[binding_src],
+                           cuda_sources=[cuda_src], functions=functions, extra_cuda_cflags=["-O3"])
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
