@@ -126,7 +126,8 @@ def test_bench_isolate_reports_each_fault_and_measures_the_rest(tmp_path):
     providers = ["reference", "raises", "hangs", "segfault", "good"]
     out_dir = tmp_path / "out"
     cmd = [sys.executable, "-m", "harness", "bench", "--specs-dir", str(specs), "--isolate", "--dtype", "fp32",
-           "--provider", ",".join(providers), "--out", str(out_dir), "--timeout", "1", "--min-time", "0.05"]
+           "--provider", ",".join(providers), "--out", str(out_dir), "--timeout", "1", "--min-time", "0.05",
+           "--tier", "bench"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
     # the faults are peers': findings of the report, not a failed run (only a failing candidate exits 1)

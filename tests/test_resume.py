@@ -18,7 +18,8 @@ BENCH = "".join(f"\n[[cases.bench]]\nrows = {r}\ncols = 512\n" for r in (64, 128
 
 def _bench(specs: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "harness", "bench", "--specs-dir", str(specs), "--out", str(out),
-            "--dtype", "fp32", "--provider", "reference", "--timeout", "1", "--min-time", "0.05", *extra]
+            "--dtype", "fp32", "--provider", "reference", "--timeout", "1", "--min-time", "0.05", "--tier", "bench",
+            *extra]
 
 
 def test_killed_bench_renders_partially_and_resumes(tmp_path):

@@ -26,8 +26,12 @@ class Job:
         return f"{self.spec.name} {self.dtype} {self.case.id} {self.provider.name}"
 
 
-def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
+def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str = "bench",
+         skip: dict[str, str] | None = None) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
+    """Every (provider, case, dtype) to time at ``tier``'s cases; ``skip``: providers left out of this run by
+    policy, name -> reason (listed with the waivers)."""
     jobs, arch_rows, waivers = [], [], []
+    skip = {k: v for k, v in (skip or {}).items() if k not in providers}  # asked for by name: timed
     for spec in specs:
         statuses = resolve(spec, device)
         arch_rows += arch_matrix_rows(statuses)
@@ -37,7 +41,10 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=()) -> tuple[li
         for p in provs:
             if not p.runnable:
                 waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", p.reason))
-        for case in spec.cases["bench"]:
+            elif p.name in skip:
+                waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", skip[p.name]))
+        provs = [p for p in provs if not (p.runnable and p.name in skip)]
+        for case in spec.cases[tier]:
             for dtype in spec.dtypes:
                 if dtypes and dtype not in dtypes:
                     continue

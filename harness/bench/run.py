@@ -63,6 +63,8 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
     st = summarize(m.samples_us, seed=seed)
     env = full_env(spec, case, job.dtype)
     roof = roofline(spec, env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
+    if case.tier == "cpu":  # the spec's roofline target is a GPU kernel's: eager torch on a host is not judged by it
+        roof = {**roof, "target": None, "verdict": "n/a"}
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
     return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),

@@ -1,14 +1,12 @@
-"""``bench``, ``report`` and ``export`` commands: the benchmark pipeline and its outputs."""
+"""``bench``, ``report`` and ``export``: their options, and the exit code of what harness.bench.workflow did."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import json
+import os
 from pathlib import Path
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, comma_list, command, load_specs, options, spec_paths
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, comma_list, command, options
 
 
 def _bench_options(p) -> None:
@@ -16,6 +14,9 @@ def _bench_options(p) -> None:
     p.add_argument("--dtype", action="append", default=[],
                    help="dtypes to measure (default: bf16 where the spec has it; 'all' for every dtype)")
     p.add_argument("--provider", action="append", default=[], help="only these providers")
+    p.add_argument("--tier", choices=["cpu", "bench"], default=None,
+                   help="which cases: bench (the spec's bench shapes; the default on a GPU) or cpu (its small cpu "
+                        "tier, by default its ci shapes; the default on a CPU-only machine)")
     p.add_argument("--out", help="output directory (default: build/reports/<device>/, which git ignores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, help="wall-clock seconds per case (default 15 on a GPU, 3 on CPU)")
@@ -40,109 +41,25 @@ def _bench_options(p) -> None:
                         "(default: on with a GPU, off on the CPU)")
 
 
-
-def timing_config(args, device):
-    from harness.timing.engine import TimingConfig
-
-    gpu = device.is_gpu
-    return TimingConfig(timeout_s=args.timeout or (15.0 if gpu else 3.0),
-                        min_time_s=args.min_time if args.min_time is not None else (0.5 if gpu else 0.2),
-                        max_rsd=args.max_rsd, method=args.method, cold=not args.warm)
-
-
-@command("bench", "benchmark kernels at their bench shapes and write results and a report")
+@command("bench", "benchmark kernels at their bench shapes (a CPU: the small cpu tier) and write results and a report")
 @options(_bench_options)
 def cmd_bench(args) -> int:
     if args.against:
         from harness.cli.compare import cmd_against
 
         return cmd_against(args)
-    from harness.bench.dispatch import run_jobs
-    from harness.bench.plan import default_out_dir, plan
-    from harness.bench.run import Progress
-    from harness.bench.speedups import attach_speedups
-    from harness.report.render import render_report
-    from harness.results.io import append_case, atomic_write_text, finite_json, write_results
-    from harness.results.load import load_partial
-    from harness.results.model import SCHEMA_VERSION, Results
-    from harness.spec.imports import use_interpreter_if_no_gpu
-    from harness.target.device import detect
-    from harness.timing.ceilings import measure_ceilings
-    from harness.timing.environment import collect_environment
+    from harness.bench.workflow import BenchOptions, bench, failures
 
-    use_interpreter_if_no_gpu()
-    paths = spec_paths([], args.specs_dir, args.kernel)
-    specs = load_specs(paths)
-    device = detect()
-    out = Path(args.out) if args.out else default_out_dir(device)
-    dtypes = comma_list(args.dtype)
-    dtypes = () if dtypes == ("all",) else (dtypes or ("bf16",))
-    timing = timing_config(args, device)
-    jobs, arch_rows, waivers = plan(specs, device, dtypes, comma_list(args.provider))
-    if not jobs:
-        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider)")
-    out.mkdir(parents=True, exist_ok=True)
-    journal = out / "cases.jsonl"
-    done = {}
-    if args.resume and journal.exists():
-        done = {(c.kernel, c.provider, c.dtype, c.case_id): c for c in load_partial(journal)}
-    elif journal.exists():
-        journal.unlink()
-    environment = collect_environment(device=device.torch_device, spec_paths=paths, seed=args.seed, timing=timing)
-    ceilings = measure_ceilings(device.torch_device, refresh=args.refresh_ceilings)
-    if not device.is_gpu:  # after the ceilings (their probes are sized for the machine): see cap_address_space
-        from harness.bench.run import cap_address_space
-
-        cap_address_space()
-    # What a partial report needs besides the cases: written before the first case, atomically.
-    header = {"environment": environment, "ceilings": dataclasses.asdict(ceilings),
-              "arch_matrix": [dataclasses.asdict(r) for r in arch_rows],
-              "waivers": [dataclasses.asdict(w) for w in waivers]}
-    atomic_write_text(out / "run.json", json.dumps(finite_json(header), indent=1, default=str, allow_nan=False) + "\n")
-    progress = Progress(len(jobs))
-    cases = [done.get((job.spec.name, job.provider.name, job.dtype, job.case.id)) for job in jobs]
-    for job, result in zip(jobs, cases, strict=True):
-        if result is not None:
-            progress.step(job, result)
-    todo = [i for i, result in enumerate(cases) if result is None]
-    with _pool(args, device) as pool:  # started after the ceilings: its imports must not disturb them
-        for k, result in run_jobs([jobs[i] for i in todo], device, ceilings, timing, args.seed, pool):
-            append_case(journal, result)
-            cases[todo[k]] = result  # the plan's order, whatever order the workers finish in
-            progress.step(jobs[todo[k]], result)
-    end = collect_environment(device=device.torch_device, seed=args.seed, timing=timing)
-    environment["at_end"] = {k: end.get(k) for k in ("date", "nvml") if k in end}
-    results = Results(SCHEMA_VERSION, environment, dataclasses.asdict(ceilings), tuple(attach_speedups(cases)),
-                      tuple(arch_rows), tuple(waivers), True)
-    json_path, csv_path = write_results(results, out)
-    report = render_report(results, out)
-    if args.pytest_benchmark:
-        from harness.results.pbexport import write_pytest_benchmark
-
-        write_pytest_benchmark(results, args.pytest_benchmark)
-    journal.unlink(missing_ok=True)
-    (out / "run.json").unlink(missing_ok=True)
-    print(f"wrote {json_path}, {csv_path}, {report}")
-    return exit_code(results.cases)
-
-
-def exit_code(cases) -> int:
-    """1 when a *candidate* (the kernel under test) is wrong or crashed; a baseline or peer that cannot run
-    (torch.compile failing on a reference, say) is a finding of the report, printed here, not a failed run."""
-    bad = [c for c in cases if c.status in ("wrong", "error")]
-    for c in bad:
-        what = "FAILED" if c.role == "candidate" else f"note ({c.role}, does not fail the run)"
-        print(f"{what}: {c.kernel} {c.provider} {c.dtype} {c.case_id}: {c.status}: {c.reason}")
-    return EXIT_FAILED if any(c.role == "candidate" for c in bad) else EXIT_OK
-
-
-def _pool(args, device):
-    isolate = args.isolate if args.isolate is not None else device.is_gpu
-    if not isolate:
-        return contextlib.nullcontext()
-    from harness.workers.pool import WorkerPool, default_devices
-
-    return WorkerPool(default_devices())
+    run = bench(BenchOptions(
+        specs_dir=args.specs_dir, kernels=comma_list(args.kernel), dtypes=comma_list(args.dtype),
+        providers=comma_list(args.provider), tier=args.tier, out=args.out, seed=args.seed, timeout=args.timeout,
+        min_time=args.min_time, max_rsd=args.max_rsd, method=args.method, warm=args.warm, resume=args.resume,
+        refresh_ceilings=args.refresh_ceilings, pytest_benchmark=args.pytest_benchmark, isolate=args.isolate),
+        trace=bool(os.environ.get("KH_TRACE_STEPS")))
+    print("wrote " + ", ".join(str(p) for p in run.written[:3]))
+    lines, failed = failures(run.results.cases)
+    print("\n".join(lines), end="\n" if lines else "")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 @command("report", "re-render report.md and plots from a results.json (or a partial cases.jsonl)")
@@ -183,35 +100,11 @@ def _folder_for_output(folder: Path, out: Path) -> None:
             return
 
 
-def _partial(path: str):
-    """An interrupted run: its finished cases, with the run's header (run.json beside it) when present."""
-    from harness.results.load import load_partial, results_from_json
-    from harness.results.model import SCHEMA_VERSION, to_json
-
-    cases = [to_json(c) for c in load_partial(path)]
-    header_path = Path(path).with_name("run.json")
-    header = {}
-    if header_path.exists():
-        try:
-            header = json.loads(header_path.read_text())
-        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8, a 5000-digit number
-            raise BadInput(f"{header_path}: unreadable run header: {exc}") from None
-        if not isinstance(header, dict):
-            raise BadInput(f"{header_path}: expected a JSON object")
-    doc = {"schema_version": SCHEMA_VERSION, "environment": header.get("environment", {}),
-           "ceilings": header.get("ceilings", {}), "cases": cases, "arch_matrix": header.get("arch_matrix", []),
-           "waivers": header.get("waivers", []), "complete": False}
-    results_from_json({**doc, "cases": []}, str(header_path))  # a problem in the header names run.json...
-    return results_from_json(doc, path)  # ...then only the cases can be wrong (duplicates): cases.jsonl
-
-
 def load_any(path: str):
-    from harness.results.load import load_results
+    from harness.results.load import load_any as load
     from harness.results.model import ResultsError
 
     try:
-        if path.endswith(".jsonl"):
-            return _partial(path)
-        return load_results(path)
+        return load(path)
     except ResultsError as exc:
         raise BadInput(str(exc)) from None

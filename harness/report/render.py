@@ -274,6 +274,7 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "arch": code(env["arch"]) if env.get("arch") else "",
         "date": cell(date[:10]) if date else "date not recorded",
         "complete": results.complete,
+        "note": cell(env["note"]) if isinstance(env.get("note"), str) else "",
         "how_measured": _how_measured(results),
         "what_timed": _what_was_timed(results),
         "ceilings_when": ceilings_when(results),

@@ -386,3 +386,30 @@ def load_partial(jsonl_path: str | os.PathLike) -> tuple[CaseResult, ...]:
             raise ResultsError(f"{where}: {exc}") from None
         cases.append(case_from_json(record["case"], where, version))
     return tuple(cases)
+
+
+def load_interrupted(jsonl_path: str | os.PathLike) -> Results:
+    """An interrupted run as results: its finished cases (``cases.jsonl``), with the run's header (``run.json``
+    beside it) when present. A problem in the header names run.json; after that only the cases can be wrong."""
+    from harness.results.model import SCHEMA_VERSION, to_json
+
+    cases = [to_json(c) for c in load_partial(jsonl_path)]
+    header_path = Path(jsonl_path).with_name("run.json")
+    header = {}
+    if header_path.exists():
+        try:
+            header = json.loads(header_path.read_text())
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8, a 5000-digit number
+            raise ResultsError(f"{header_path}: unreadable run header: {exc}") from None
+        if not isinstance(header, dict):
+            raise ResultsError(f"{header_path}: expected a JSON object")
+    doc = {"schema_version": SCHEMA_VERSION, "environment": header.get("environment", {}),
+           "ceilings": header.get("ceilings", {}), "cases": cases, "arch_matrix": header.get("arch_matrix", []),
+           "waivers": header.get("waivers", []), "complete": False}
+    results_from_json({**doc, "cases": []}, str(header_path))
+    return results_from_json(doc, str(jsonl_path))
+
+
+def load_any(path: str | os.PathLike) -> Results:
+    """results.json, or the cases.jsonl of an interrupted run."""
+    return load_interrupted(path) if str(path).endswith(".jsonl") else load_results(path)

@@ -10,8 +10,10 @@ for (``specials``). Generated cases that break a constraint are dropped; explici
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.spec import expr as ex
-from harness.spec.model import CASE_KEYS, LAYOUTS, TIERS, Case
+from harness.spec.model import BENCH_TIERS, CASE_KEYS, LAYOUTS, TIERS, Case
 from harness.spec.schema import Reader, describe
 
 
@@ -45,10 +47,19 @@ def read_cases(r: Reader, t: dict, layouts, specials: tuple[str, ...] = ()) -> t
                                 if (c := _case(r, item, tier, f"cases.{tier}[{i}]", specials)) is not None)
         else:
             cases[tier] = ()
-    headlines = [c for c in cases.get("bench", ()) if c.headline]
-    if len(headlines) > 1:
-        r.problem("cases.bench", f"{len(headlines)} cases say headline = true; at most one may")
+    if "cpu" not in t:
+        cases["cpu"] = _cpu_default(cases["ci"])
+    for tier in BENCH_TIERS:
+        headlines = [c for c in cases.get(tier, ()) if c.headline]
+        if len(headlines) > 1:
+            r.problem(f"cases.{tier}", f"{len(headlines)} cases say headline = true; at most one may")
     return symbols, tuple(constraints), cases
+
+
+def _cpu_default(ci: tuple[Case, ...]) -> tuple[Case, ...]:
+    """The cpu bench tier a spec does not declare: its ci cases, the last (usually the largest) the headline.
+    Small shapes are what a CPU times in seconds; the spec's bench shapes would take it an hour."""
+    return tuple(replace(c, tier="cpu", headline=i == len(ci) - 1) for i, c in enumerate(ci))
 
 
 def _case(r: Reader, item, tier: str, key: str, specials: tuple[str, ...] = ()) -> Case | None:
@@ -68,8 +79,8 @@ def _case(r: Reader, item, tier: str, key: str, specials: tuple[str, ...] = ()) 
         r.problem(f"{key}.layout", f'unknown layout "{layout}" (one of contiguous, {", ".join(LAYOUTS)})')
         return None
     headline = r.get(item, "headline", bool, key, default=False)
-    if headline and tier != "bench":
-        r.problem(f"{key}.headline", "only bench cases can be the headline")
+    if headline and tier not in BENCH_TIERS:
+        r.problem(f"{key}.headline", f"only {' and '.join(BENCH_TIERS)} cases can be the headline")
     value_set = r.get(item, "value_set", str, key, default="")
     if value_set and value_set not in specials:
         listed = f"the inputs list {', '.join(specials)}" if specials else "no input lists specials"

@@ -30,7 +30,8 @@ DEFAULT_TOLERANCES = {"fp64": (1e-7, 1e-7), "fp32": (1.3e-6, 1e-5), "fp16": (1e-
 LAYOUTS = ("padded", "strided", "transposed")
 
 
-TIERS = ("edge", "ci", "full", "huge", "bench")
+TIERS = ("edge", "ci", "full", "huge", "bench", "cpu")
+BENCH_TIERS = ("bench", "cpu")  # what `bench` times (each may have a headline): the bench shapes, or the cpu tier
 # What a run tier (`pytest --tier`, `sanitize --tier`) collects of the case tiers.
 RUN_TIERS = {"ci": ("edge", "ci"), "full": ("edge", "ci", "full", "huge")}
 
