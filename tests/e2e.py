@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.results.io import write_results
 from harness.results.model import SCHEMA_VERSION, ArchRow, CaseResult, Results, Waiver
+from harness.timing.stats import summarize
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
@@ -231,3 +233,32 @@ def outcomes(result) -> dict[str, int]:
     """pytester's outcome counts without the warnings count (torch's own deprecation warnings from the compile
     check come and go with its version)."""
     return {k: v for k, v in result.parseoutcomes().items() if k not in ("warning", "warnings")}
+
+
+# ----------------------------------------------------------------------------- stored runs for the gate (SYNTHETIC)
+
+ENV = {"device": "synthetic-device", "driver": "1.0", "git_commit": "a" * 40, "git_dirty": False,
+       "spec_sha256": {"specs/k.toml": "f" * 64}, "torch": "2.x", "date": "2026-01-01"}
+
+
+def case(kernel="k", case_id="n=1", median=100.0, rsd=0.005, seed=0, status="ok", role="candidate",
+         provider="triton", n=120) -> CaseResult:
+    samples = tuple(float(v) for v in median * (1 + rsd * np.random.default_rng(seed).standard_normal(n))) \
+        if status == "ok" else ()
+    return CaseResult(kernel=kernel, provider=provider, backend=provider, role=role, dtype="bf16", case_id=case_id,
+                      shape={"n": case_id}, headline=False, status=status, reason="" if status == "ok" else "bad",
+                      method="cuda-events", stop_reason="rsd", samples_us=samples, dropped_us=(), warm_us=(),
+                      stats=summarize(samples).as_json() if samples else None, warm_median_us=None, bytes=None,
+                      flops=None, gbps=None, tflops=None, pct_roofline=50.0 if samples else None, bound=None,
+                      ceiling_gbps=None, target=None, verdict="n/a", speedups={}, seed=seed, gpu_index=0,
+                      gpu_uuid="GPU-synthetic")
+
+
+def results(cases, **env) -> Results:
+    return Results(SCHEMA_VERSION, {**ENV, **env}, {}, tuple(cases), (), (), True)
+
+
+def write(tmp_path, name, res):
+    folder = tmp_path / name
+    json_path, _ = write_results(res, folder)
+    return str(json_path)

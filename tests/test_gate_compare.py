@@ -8,44 +8,17 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 from harness.cli.main import main
 from harness.gate.compare import Refused, compare_results
 from harness.gate.model import STORED, CaseComparison, Comparison, Side, Threshold
 from harness.report.compare import COMMENT_LIMIT, render_markdown, write_comparison
-from harness.results.io import write_results
 from harness.results.load import load_results, results_from_json
-from harness.results.model import SCHEMA_VERSION, CaseResult, Results, ResultsError, to_json
-from harness.timing.stats import summarize
+from harness.results.model import SCHEMA_VERSION, ResultsError, to_json
+from tests.e2e import case, results, write
 
 RULE = Threshold(0.03, 0.0, "test")
-ENV = {"device": "synthetic-device", "driver": "1.0", "git_commit": "a" * 40, "git_dirty": False,
-       "spec_sha256": {"specs/k.toml": "f" * 64}, "torch": "2.x", "date": "2026-01-01"}
-
-
-def case(kernel="k", case_id="n=1", median=100.0, rsd=0.005, seed=0, status="ok", role="candidate",
-         provider="triton", n=120) -> CaseResult:
-    samples = tuple(float(v) for v in median * (1 + rsd * np.random.default_rng(seed).standard_normal(n))) \
-        if status == "ok" else ()
-    return CaseResult(kernel=kernel, provider=provider, backend=provider, role=role, dtype="bf16", case_id=case_id,
-                      shape={"n": case_id}, headline=False, status=status, reason="" if status == "ok" else "bad",
-                      method="cuda-events", stop_reason="rsd", samples_us=samples, dropped_us=(), warm_us=(),
-                      stats=summarize(samples).as_json() if samples else None, warm_median_us=None, bytes=None,
-                      flops=None, gbps=None, tflops=None, pct_roofline=50.0 if samples else None, bound=None,
-                      ceiling_gbps=None, target=None, verdict="n/a", speedups={}, seed=seed, gpu_index=0,
-                      gpu_uuid="GPU-synthetic")
-
-
-def results(cases, **env) -> Results:
-    return Results(SCHEMA_VERSION, {**ENV, **env}, {}, tuple(cases), (), (), True)
-
-
-def write(tmp_path, name, res):
-    folder = tmp_path / name
-    json_path, _ = write_results(res, folder)
-    return str(json_path)
 
 
 def test_verdicts_on_stored_runs():

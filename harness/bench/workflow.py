@@ -10,7 +10,6 @@ is appended to ``cases.jsonl`` at once, so an interrupted run leaves a renderabl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field, replace
@@ -155,7 +154,10 @@ def run_jobs(run: BenchRun) -> BenchRun:
         if result is not None:
             progress.step(job, result)
     todo = [i for i, result in enumerate(cases) if result is None]
-    with _pool(run.options, run.device) as pool:  # started after the ceilings: its imports must not disturb them
+    from harness.workers.pool import isolating, maybe_pool
+
+    isolate = isolating(run.options.isolate, run.device.is_gpu)
+    with maybe_pool(isolate) as pool:  # started after the ceilings: its imports must not disturb them
         for k, result in dispatch([jobs[i] for i in todo], run.device, run.ceilings, run.timing,
                                   run.options.seed, pool):
             append_case(journal, result)
@@ -208,12 +210,3 @@ def failures(cases) -> tuple[list[str], bool]:
     lines = [f"{'FAILED' if c.role == 'candidate' else f'note ({c.role}, does not fail the run)'}: {c.kernel} "
              f"{c.provider} {c.dtype} {c.case_id}: {c.status}: {c.reason}" for c in bad]
     return lines, any(c.role == "candidate" for c in bad)
-
-
-def _pool(o: BenchOptions, device):
-    isolate = o.isolate if o.isolate is not None else device.is_gpu
-    if not isolate:
-        return contextlib.nullcontext()
-    from harness.workers.pool import WorkerPool, default_devices
-
-    return WorkerPool(default_devices())

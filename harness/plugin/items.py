@@ -167,12 +167,10 @@ class KernelCaseItem(pytest.Item):
 def _isolating(config: pytest.Config) -> bool:
     opts = config.stash[_KEY]
     if opts.get("isolate") is None:
-        isolate = config.getoption("isolate")
-        if isolate is None:  # a GPU kernel can take the process down; the CPU interpreter raises instead
-            from harness.target.device import detect
+        from harness.target.device import detect
+        from harness.workers.pool import isolating
 
-            isolate = detect().is_gpu
-        opts["isolate"] = isolate
+        opts["isolate"] = isolating(config.getoption("isolate"), detect().is_gpu)
     return opts["isolate"]
 
 

@@ -87,6 +87,19 @@ def default_devices() -> list[str]:
     return ["cpu"]
 
 
+def isolating(isolate: bool | None, gpu: bool) -> bool:
+    """Whether a run isolates each job in a worker: as asked, else where there is a GPU (a GPU kernel can take
+    the process down; the CPU interpreter raises instead)."""
+    return isolate if isolate is not None else gpu
+
+
+def maybe_pool(isolate: bool):
+    """A pool of one worker per GPU (the CPU where there is none) when isolating, else a no-op context."""
+    import contextlib
+
+    return WorkerPool(default_devices()) if isolate else contextlib.nullcontext()
+
+
 class Pending:
     """A submitted task; ``outcome`` is set once it finished (mutable bookkeeping, not a record)."""
 

@@ -1,0 +1,336 @@
+"""The merge gate's two commands as chains of small typed steps.
+
+``compare BASE.json PR.json`` (:data:`COMPARE_STEPS`): ``load_runs -> thresholds -> compare -> write``.
+``bench --against REF`` (:data:`AGAINST_STEPS`): ``configure -> materialize -> load_sides -> pair ->
+measure_machine -> time_pairs -> judge -> write``: the base ref's kernels and specs under their own module
+root, both sides checked and timed interleaved on one GPU, a verdict per case.
+
+``harness.cli.compare`` parses the options into :class:`CompareOptions` / :class:`AgainstOptions`, prints
+what :func:`summary` says and returns the exit code; the code is the verdicts' (0 nothing regressed, 1 a case
+SLOWER, WRONG or ERROR).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from harness.steps import BadInput, execute
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    base: str
+    pr: str
+    out: str | None = None
+    force: bool = False
+    noise: str | None = None
+    min_effect: str | None = None
+    floor_us: str | None = None
+    provider: str | None = None
+    specs_dir: str = "specs"
+    calibration: str | None = None
+
+
+@dataclass(frozen=True)
+class AgainstOptions:
+    against: str
+    specs_dir: str = "specs"
+    kernels: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+    seed: int = 0
+    out: str | None = None
+    timeout: float | None = None
+    warm: bool = False
+    method: str = "auto"
+    blocks: int | None = None
+    samples: int | None = None
+    noise: str | None = None
+    refresh_ceilings: bool = False
+    isolate: bool | None = None
+
+
+@dataclass(frozen=True)
+class GateRun:
+    options: CompareOptions | AgainstOptions
+    stack: contextlib.ExitStack | None = None   # holds the base tree's temporary folder for the whole run
+    base_results: object = None
+    pr_results: object = None
+    threshold: object = None
+    rules: dict = field(default_factory=dict)
+    noise: dict = field(default_factory=dict)
+    notes: tuple = ()
+    device: object = None
+    blocks: object = None
+    out: Path | None = None
+    base: object = None                          # the materialized base tree
+    pr_paths: tuple = ()
+    pr_specs: dict = field(default_factory=dict)
+    base_specs: dict = field(default_factory=dict)
+    plan: object = None
+    tasks: tuple = ()
+    ceilings: object = None
+    environment: dict = field(default_factory=dict)
+    found: dict = field(default_factory=dict)     # task index -> the case's comparison fields
+    comparison: object = None
+    code: int = 0
+    written: dict = field(default_factory=dict)
+
+
+def number(text: str, name: str, lo: float, hi: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"{name}: expected a number, got {text!r}") from None
+    if not lo <= value < hi:
+        raise BadInput(f"{name}: expected a number in [{lo:g}, {hi:g}), got {text}")
+    return value
+
+
+def read_noise(path) -> tuple[dict, tuple[str, ...]]:
+    from harness.gate.calibration import CalibrationError, load_noise
+
+    if not path:
+        return {}, ()
+    try:
+        return load_noise(path), (f"Minimum effects raised to each case's A/A spread from {path}.",)
+    except CalibrationError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _threshold(kind: str, calibration: str | None = None):
+    from harness.gate.calibration import CalibrationError, default_threshold
+
+    try:
+        return default_threshold(kind, calibration)
+    except CalibrationError as exc:
+        raise BadInput(str(exc)) from None
+
+
+# ----------------------------------------------------------------------------- compare (stored runs)
+
+def load_runs(run: GateRun) -> GateRun:
+    from harness.results.load import load_results
+    from harness.results.model import ResultsError
+
+    try:
+        base, pr = load_results(run.options.base), load_results(run.options.pr)
+    except ResultsError as exc:
+        raise BadInput(str(exc)) from None
+    return replace(run, base_results=base, pr_results=pr)
+
+
+def thresholds(run: GateRun) -> GateRun:
+    """The calibrated minimum effect, or the options' own; else each kernel's [gate] rule from its spec."""
+    from harness.gate.calibration import with_options
+    from harness.gate.model import STORED
+
+    o = run.options
+    min_effect = number(o.min_effect, "--min-effect", 0.0, 1.0) if o.min_effect is not None else None
+    floor = number(o.floor_us, "--floor-us", 0.0, float("inf")) if o.floor_us is not None else None
+    threshold = _threshold(STORED, o.calibration)
+    if min_effect is not None or floor is not None:
+        threshold, rules = with_options(threshold, min_effect, floor), {}
+    else:
+        rules = spec_rules(o.specs_dir, {c.kernel for c in run.pr_results.cases}, threshold)
+    noise, notes = read_noise(o.noise)
+    return replace(run, threshold=threshold, rules=rules, noise=noise, notes=notes)
+
+
+def spec_rules(specs_dir: str, kernels, threshold) -> dict:
+    """Each kernel's [gate] rule from its spec, where the spec is here and loads."""
+    from harness.gate.calibration import for_spec
+    from harness.spec.load import load
+    from harness.spec.schema import SpecError
+
+    rules = {}
+    for k in sorted(kernels):
+        path = Path(specs_dir) / f"{k}.toml"
+        if path.is_file():
+            try:
+                rules[k] = for_spec(threshold, load(path))
+            except SpecError:
+                continue  # a spec that does not load here sets no rule; compare needs only the results
+    return rules
+
+
+def compare(run: GateRun) -> GateRun:
+    from harness.gate.compare import Refused, compare_results
+
+    o = run.options
+    try:
+        cmp = compare_results(run.base_results, run.pr_results, base_source=o.base, pr_source=o.pr,
+                              threshold=run.threshold, force=o.force, noise=run.noise, provider=o.provider,
+                              spec_rules=run.rules)
+    except Refused as exc:
+        raise BadInput(str(exc)) from None
+    if run.notes:
+        cmp = replace(cmp, notes=cmp.notes + run.notes)
+    return replace(run, comparison=cmp, out=Path(o.out) if o.out else Path(o.pr).parent)
+
+
+def write(run: GateRun) -> GateRun:
+    """compare.md, compare.json and the plot (noise.json after an A/A run), and the verdicts' exit code."""
+    from harness.gate.calibration import noise_doc
+    from harness.gate.verdict import exit_code
+    from harness.report.compare import write_comparison
+    from harness.results.io import atomic_write_text
+
+    cmp = run.comparison
+    code = exit_code([c.verdict for c in cmp.cases])
+    paths = write_comparison(cmp, run.out, code)
+    if cmp.aa:  # an A/A run measured the noise floor: the next run may read it with --noise
+        paths["noise"] = run.out / "noise.json"
+        doc = noise_doc(cmp.cases, cmp.kind, f"{cmp.base.commit} vs {cmp.pr.commit}")
+        atomic_write_text(paths["noise"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return replace(run, code=code, written=paths)
+
+
+def summary(run: GateRun) -> list[str]:
+    from harness.report.compare import summary_line
+
+    cmp = run.comparison
+    lines = [f"merge gate ({cmp.kind}): {summary_line(cmp.cases)}"]
+    lines += [f"{c.verdict}: {c.kernel} {c.dtype} {c.case_id}: {c.reason or f'ratio {c.ratio:.4f}'}"
+              for c in cmp.cases if c.failing]
+    return lines + ["wrote " + ", ".join(str(p) for p in run.written.values())]
+
+
+COMPARE_STEPS = (load_runs, thresholds, compare, write)
+
+
+# ----------------------------------------------------------------------------- bench --against REF
+
+def block_config(o: AgainstOptions, device):
+    from harness.gate.interleave import BlockConfig
+
+    if o.method == "cupti":
+        raise BadInput("--method cupti: bench --against times with CUDA events (or host); use auto, events or host")
+    extra = {k: getattr(o, k) for k in ("blocks", "samples") if getattr(o, k)}
+    try:
+        return BlockConfig(budget_s=o.timeout or (10.0 if device.is_gpu else 2.0), cold=not o.warm,
+                           method="host" if o.method == "host" else "events", **extra)
+    except ValueError as exc:
+        raise BadInput(f"bench --against: {exc}") from None
+
+
+def configure(run: GateRun) -> GateRun:
+    """The device, the block schedule, the in-process threshold and the A/A noise, before any git or import."""
+    from harness.bench.plan import default_out_dir
+    from harness.gate.model import IN_PROCESS
+    from harness.spec.imports import use_interpreter_if_no_gpu
+    from harness.target.device import detect
+
+    use_interpreter_if_no_gpu()
+    o, device = run.options, detect()
+    noise, notes = read_noise(o.noise)
+    return replace(run, device=device, blocks=block_config(o, device), threshold=_threshold(IN_PROCESS),
+                   noise=noise, notes=notes, out=Path(o.out) if o.out else default_out_dir(device) / "gate")
+
+
+def materialize(run: GateRun) -> GateRun:
+    """The base ref's kernels and specs in a temporary folder: a typo in the ref is one line, before any spec
+    or kernel is imported."""
+    from harness.gate.basetree import GitError, repo_root
+    from harness.gate.basetree import materialize as take
+
+    tmp = run.stack.enter_context(tempfile.TemporaryDirectory(prefix="kh-gate-"))
+    try:
+        base = take(run.options.against, repo_root(Path.cwd()), Path(tmp), Path(run.options.specs_dir))
+    except GitError as exc:
+        raise BadInput(str(exc)) from None
+    return replace(run, base=base)
+
+
+def load_sides(run: GateRun) -> GateRun:
+    from harness.gate import ab
+    from harness.spec.select import load_specs, spec_paths
+
+    o = run.options
+    pr_paths = spec_paths([], o.specs_dir, o.kernels)
+    pr_specs = {s.name: s for s in load_specs(pr_paths)}
+    base_specs, problems = ab.load_base_specs(run.base, set(pr_specs) if o.kernels else None)
+    plan = ab.plan_pairs(pr_specs, base_specs, _dtypes(o.dtypes), problems)
+    return replace(run, pr_paths=tuple(pr_paths), pr_specs=pr_specs, base_specs=base_specs, plan=plan)
+
+
+def _dtypes(dtypes: tuple[str, ...]) -> tuple[str, ...]:
+    return () if dtypes == ("all",) else (dtypes or ("bf16",))
+
+
+def pair(run: GateRun) -> GateRun:
+    """One task per (kernel, case, dtype) both sides have; nothing to compare is bad input."""
+    from harness.gate import ab
+    from harness.gate.verdict import CONFIDENCE
+
+    plan, o = run.plan, run.options
+    if not (plan.pairs or plan.new_kernels or plan.removed_kernels):
+        why = "; ".join(plan.unmatched[:3]) or "check --kernel and --dtype"
+        raise BadInput(f"bench --against {o.against}: nothing to compare ({why})")
+    tasks = ab.case_tasks(plan, run.base, seed=o.seed, provider=o.providers[0] if o.providers else None,
+                          blocks=run.blocks, default=run.threshold, noise=run.noise, confidence=CONFIDENCE)
+    return replace(run, tasks=tuple(tasks))
+
+
+def measure_machine(run: GateRun) -> GateRun:
+    from harness.timing.ceilings import measure_ceilings
+    from harness.timing.environment import collect_environment
+
+    torch_device = run.device.torch_device
+    ceilings = measure_ceilings(torch_device, refresh=run.options.refresh_ceilings)
+    environment = collect_environment(device=torch_device, spec_paths=list(run.pr_paths), seed=run.options.seed)
+    return replace(run, ceilings=ceilings, environment=environment)
+
+
+def time_pairs(run: GateRun) -> GateRun:
+    from harness.gate import ab
+    from harness.workers.pool import isolating, maybe_pool
+
+    found: dict[int, dict] = {}
+    with maybe_pool(isolating(run.options.isolate, run.device.is_gpu)) as pool:  # after the ceilings, as in bench
+        for i, d in ab.run_tasks(list(run.tasks), pool):
+            found[i] = d
+            _progress(len(found), len(run.tasks), d)
+    return replace(run, found=found)
+
+
+def judge(run: GateRun) -> GateRun:
+    """The comparison record: each case's verdict with its roofline, the settings and provenance."""
+    from harness.gate import ab
+    from harness.gate.verdict import CONFIDENCE
+    from harness.workers.pool import isolating
+
+    found, o = run.found, run.options
+    records = [ab.record(found[i], run.pr_specs[found[i]["kernel"]], run.ceilings) for i in range(len(run.tasks))]
+    timed = sorted({d["method"] for d in found.values() if d.get("method")})
+    settings = {**dataclasses.asdict(run.blocks), "timed with": ", ".join(timed) or "nothing timed",
+                "isolate": isolating(o.isolate, run.device.is_gpu)}
+    kernels = set(run.pr_specs) if o.kernels else set(run.pr_specs) | set(run.base_specs)
+    cmp = ab.comparison(run.plan, records, run.base, run.environment, kernels, default=run.threshold,
+                        confidence=CONFIDENCE, settings=settings, notes=run.notes)
+    return replace(run, comparison=cmp)
+
+
+AGAINST_STEPS = (configure, materialize, load_sides, pair, measure_machine, time_pairs, judge, write)
+
+
+def run_compare(options: CompareOptions, *, trace: bool = False) -> GateRun:
+    return execute(COMPARE_STEPS, GateRun(options), trace=trace)
+
+
+def run_against(options: AgainstOptions, *, trace: bool = False) -> GateRun:
+    with contextlib.ExitStack() as stack:
+        return execute(AGAINST_STEPS, GateRun(options, stack=stack), trace=trace)
+
+
+def _progress(i: int, total: int, d: dict) -> None:
+    ratio = d.get("ratio")
+    what = f"{100 * (ratio - 1):+.2f}%" if isinstance(ratio, float) and ratio == ratio else d.get("reason", "")
+    print(f"[{i}/{total}] {d['kernel']} {d['dtype']} {d['case_id']}: {d['verdict']} {what} "
+          f"({d.get('blocks', 0)} block pairs, {d.get('wall_s', 0.0):.1f} s)", file=sys.stderr, flush=True)
