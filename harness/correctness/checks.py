@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.correctness import behaviour, guards, numerics, poison  # noqa: F401 - they register the checks
+from harness.correctness import behaviour, calls, guards, numerics, poison  # noqa: F401 - they register the checks
 from harness.correctness.args import Arguments, clone_args, is_zero_size, make_args, reference_args
 from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - re-exported
 from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order

@@ -2,7 +2,7 @@
 
 It lives with the spec language because a spec's ``[waive]`` keys are check names. The implementations in
 :mod:`harness.correctness` register against these rows (``@check("poison")``), the runner runs them in the
-rows' order and skips a waivable one a spec waives, and the README's table is :func:`markdown_table`.
+rows' order and skips a waivable one a spec waives, and docs/checks.md's table is :func:`markdown_table`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CheckInfo:
     name: str
-    catches: str     # one line of markdown: the README's "what it catches" cell
+    catches: str     # one line of markdown: docs/checks.md's "what it catches" cell
     waivable: bool
     order: int       # the runner's order: a check that names a cause precisely runs before those seeing effects
 
@@ -38,6 +38,16 @@ CHECKS: tuple[CheckInfo, ...] = (
               False, 60),
     CheckInfo("inputs", "inputs not declared `inplace` that are not bitwise unchanged", True, 70),
     CheckInfo("determinism", "two runs on the same inputs that are not bitwise equal", True, 80),
+    CheckInfo("stale", "a result that does not follow its inputs: the kernel runs twice on the same buffers with "
+                       "new values written into the inputs in place between the calls and its outputs poisoned "
+                       "again; the second result must match the second reference (result replay, a cache keyed "
+                       "by data pointer, outputs written on the first call only)", False, 90),
+    CheckInfo("stream", "work that is not on the caller's stream (GPU only): the call runs on a fresh stream "
+                        "whose inputs are written behind a spin, and the outputs are read after synchronizing "
+                        "that stream only, never the device", False, 100),
+    CheckInfo("graph", "a launcher that cannot live in a CUDA graph (GPU only): the call is captured, new input "
+                       "values are copied into the captured buffers and the graph replayed; a host sync, work on "
+                       "another stream or a result cached on the host fails, with why in one line", True, 105),
 )
 # Checks of the kernel as a PyTorch op: not run on every case by the runner but as their own test items per
 # backend x dtype (harness.plugin.op_items), on the spec's smallest cases. Waivable like the rows above.
@@ -57,7 +67,7 @@ WAIVABLE = tuple(c.name for c in CHECKS + OP_CHECKS if c.waivable)
 
 
 def markdown_table() -> str:
-    """The README's check table, in run order, the op items' checks last."""
+    """docs/checks.md's check table, in run order, the op items' checks last."""
     lines = ["| check | what it catches | waivable |", "|---|---|---|"]
     for c in sorted(CHECKS + OP_CHECKS, key=lambda c: c.order):
         catches = c.catches.replace("|", "\\|")  # a pipe, even in a code span, would end the cell
