@@ -63,3 +63,104 @@ def test_graph_is_waivable_and_stale_and_stream_are_not(tmp_path):
     from harness.spec.checks import BY_NAME
 
     assert BY_NAME["graph"].waivable and not BY_NAME["stale"].waivable and not BY_NAME["stream"].waivable
+
+
+# ----------------------------------------------------------------------------- the timed calls themselves
+
+def _job(tmp_path, impl: str):
+    from harness.bench.plan import Job
+    from harness.spec.load import load
+    from harness.target.providers import Provider
+
+    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale",
+                           extra="\n[peers.planted]\nimpl = \"" + impl + "\"\n\n[[cases.bench]]\nrows = 64\ncols = 256\n"))
+    return Job(spec, spec.cases["bench"][0], "fp32", Provider("planted", "peer", "peer", impl, True))
+
+
+def test_a_replaying_launcher_passes_one_call_but_its_timed_calls_are_wrong(tmp_path):
+    """Result replay returns at once when called again with the same buffers: every check before timing sees a
+    fresh buffer and passes except stale; the timed loop's re-check (outputs poisoned before each timed call)
+    makes the case wrong even with the checks before timing out of the way."""
+    from harness.bench import run as bench_run
+    from harness.correctness.checks import ReferenceCache
+    from harness.timing.engine import TimingConfig
+
+    job = _job(tmp_path, PLANTED + "scale_replays")
+    timing = TimingConfig(timeout_s=0.5, min_time_s=0.01)
+    result = bench_run.run_job(job, detect(), None, timing, ReferenceCache())
+    assert result.status == "wrong" and "stale" in result.reason
+    bench_run.verify, real = (lambda *a, **k: ""), bench_run.verify  # as if it had fooled every check
+    try:
+        cache = ReferenceCache()
+        seed = case_seed(job.spec, job.dtype, job.case, 0)
+        real(job, job.provider.load(job.spec), detect(), cache, seed)  # fills the reference, as the real path does
+        result = bench_run.run_job(job, detect(), None, timing, cache)
+    finally:
+        bench_run.verify = real
+    assert result.status == "wrong" and result.reason.startswith("timed outputs: out: a timed call's outputs")
+
+
+def test_the_correct_provider_is_timed_with_its_outputs_rechecked(tmp_path, monkeypatch):
+    from harness.bench.run import run_job
+    from harness.correctness import checks
+    from harness.correctness.checks import ReferenceCache
+    from harness.timing.engine import TimingConfig
+
+    calls = {"before": 0, "verify": 0}
+    for name in calls:
+        real = getattr(checks.TimedCheck, name)
+        monkeypatch.setattr(checks.TimedCheck, name, lambda self, _real=real, _n=name: (
+            calls.__setitem__(_n, calls[_n] + 1), _real(self))[1])
+    job = _job(tmp_path, "tests.planted.broken_kernels:scale")
+    result = run_job(job, detect(), None, TimingConfig(timeout_s=1.0, min_time_s=0.01), ReferenceCache())
+    n = result.stats["n"]
+    assert result.status == "ok" and calls["before"] >= n and calls["verify"] == n.bit_length()  # 1, 2, 4, ...
+
+
+def test_physically_impossible_times_fail():
+    from harness.bench.roofline import IMPLAUSIBLE_MARGIN, implausible, verdict
+
+    assert verdict(100.0 * (1 + IMPLAUSIBLE_MARGIN) + 1, None, 0.8) == "implausible"
+    assert verdict(120.0, 110.0, 0.8) == "model-error"  # beyond the roof, within the margin: the model's error
+    assert "below the cost of an empty event pair" in implausible(0.0, {}, None)
+    roof = {"verdict": "implausible", "bound": "memory", "bytes": 32e6, "gbps": 32e6 / 0.5e-6 / 1e9,
+            "ceiling_gbps": 4300.0}
+    assert implausible(0.5, roof, None) == "implausible: 32 MB in 0.50 us is 14.9x the measured 4.30 TB/s"
+    assert implausible(100.0, {"verdict": "pass"}, None) == ""
+
+
+def test_the_gate_rechecks_each_sides_timed_calls(tmp_path):
+    """A PR whose launcher replays its result is timed at next to nothing; the gate's interleaved timing
+    poisons the outputs before each sample and checks each block's last call, so the PR side is WRONG."""
+    import functools
+
+    from harness.correctness.args import make_args, reference_args
+    from harness.correctness.checks import TimedCheck
+    from harness.gate.abcase import _SideCheck, _SideWrong
+    from harness.gate.interleave import BlockConfig, measure_ab
+    from harness.gate.verdict import Decision
+    from harness.spec.load import load
+
+    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale"))
+    case = spec.cases["ci"][0]
+    args = make_args(spec, case, "fp32", "cpu", 0)
+    ref = reference_args(spec, args, "fp32")
+    resolve_import(spec.reference)(**ref.kwargs())
+    expected = {"out": ref.tensors["out"]}
+
+    def side(impl):
+        check = TimedCheck(spec, "fp32", case, args, expected)
+        return check.wrap(functools.partial(resolve_import(impl), **args.kwargs())), check
+
+    base, base_check = side("tests.planted.broken_kernels:scale")
+    pr, pr_check = side(PLANTED + "scale_replays")
+    cfg = BlockConfig(blocks=6, samples=3, budget_s=2.0, method="host")
+
+    def judge(b, p):
+        return Decision("SAME", 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, len(b))
+
+    with pytest.raises(_SideWrong) as exc:
+        measure_ab(base, pr, "cpu", cfg, judge, outputs=(_SideCheck(base_check, "base"), _SideCheck(pr_check, "PR")))
+    assert exc.value.side == "PR" and "a timed call's outputs do not match the reference" in str(exc.value)
+    run = measure_ab(base, base, "cpu", cfg, judge, outputs=(_SideCheck(base_check, "base"),) * 2)
+    assert run.decision.verdict == "SAME"

@@ -290,9 +290,9 @@ def test_the_engine_and_the_gate_take_their_samples_from_one_sampler(monkeypatch
     calls = []
     real = sampler_mod.HostSampler.sample
 
-    def counted(self, fn):
+    def counted(self, fn, before=None):
         calls.append(fn)
-        return real(self, fn)
+        return real(self, fn, before)
 
     monkeypatch.setattr(sampler_mod.HostSampler, "sample", counted)
     a, b = (lambda: sum(range(200))), (lambda: sum(range(300)))

@@ -7,6 +7,7 @@ so an interrupted run leaves a renderable partial result.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -14,9 +15,17 @@ from collections.abc import Callable
 import torch
 
 from harness.bench.plan import Job
-from harness.bench.roofline import roofline
+from harness.bench.roofline import implausible, roofline
 from harness.correctness.args import case_seed, full_env, make_args
-from harness.correctness.checks import CaseContext, CheckFailure, ReferenceCache, checks_for, run_checks
+from harness.correctness.checks import (
+    CaseContext,
+    CheckFailure,
+    ReferenceCache,
+    TimedCheck,
+    checks_for,
+    reference_key,
+    run_checks,
+)
 from harness.results.model import CaseResult
 from harness.spec.imports import resolve_import
 from harness.target.device import Device
@@ -37,6 +46,14 @@ def verify(job: Job, fn: Callable, device: Device, reference: ReferenceCache, se
     return ""
 
 
+def timed_check(job: Job, args, device: Device, reference: ReferenceCache, seed: int) -> TimedCheck | None:
+    """The re-check of the calls timed with ``args``, against the reference :func:`verify` computed (None where
+    no check needed one: the eager reference is not compared with itself)."""
+    ctx = CaseContext(job.spec, job.provider.name, job.dtype, job.case, seed, device.arch, device.torch_device)
+    ref = reference.peek(reference_key(ctx))
+    return TimedCheck(job.spec, job.dtype, job.case, args, ref) if ref is not None else None
+
+
 def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCache, seed_base: int = 0) -> CaseResult:
     from harness.timing.engine import measure
     from harness.timing.stats import summarize
@@ -52,8 +69,11 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
         if wrong:
             return _empty(base, "wrong", f"failed the correctness check before timing: {wrong}")
         args = make_args(spec, case, job.dtype, device.torch_device, seed)
-        kwargs = args.kwargs()
-        m = measure(lambda: fn(**kwargs), device=device.torch_device, config=timing)
+        timed = timed_check(job, args, device, reference, seed)
+        call = functools.partial(fn, **args.kwargs())
+        m = measure(timed.wrap(call) if timed else call, device=device.torch_device, config=timing, outputs=timed)
+    except CheckFailure as exc:  # a timed call's outputs were wrong: the case is, whatever its speed
+        return _empty(base, "wrong", str(exc)[:400])
     except Exception as exc:  # one provider's failure never takes the run down
         text = str(exc).strip().splitlines()
         first = f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
@@ -65,8 +85,9 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
     roof = roofline(spec, env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
     if case.tier == "cpu":  # the spec's roofline target is a GPU kernel's: eager torch on a host is not judged by it
         roof = {**roof, "target": None, "verdict": "n/a"}
+    why = implausible(st.median, roof, ceilings) if device.is_gpu and timing.cold else ""  # a host: caches
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
-    return CaseResult(**base, status="ok", reason="", method=m.method, stop_reason=m.stop_reason,
+    return CaseResult(**base, status="wrong" if why else "ok", reason=why, method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
                       stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
 

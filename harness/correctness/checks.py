@@ -20,7 +20,7 @@ import torch
 
 from harness.correctness import behaviour, calls, guards, numerics, poison  # noqa: F401 - they register the checks
 from harness.correctness.args import Arguments, clone_args, is_zero_size, make_args, reference_args
-from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - re-exported
+from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - bitwise_equal re-exported
 from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order
 from harness.spec.model import Case, Spec
 
@@ -123,6 +123,47 @@ class ReferenceCache:
             self._value, self._key = compute(), key
         return self._value
 
+    def peek(self, key: tuple) -> dict | None:
+        """The results for ``key`` if a check computed them, else None."""
+        return self._value if key == self._key else None
+
+
+def reference_key(ctx: CaseContext) -> tuple:
+    return (ctx.spec.name, ctx.spec.sha256, ctx.case.tier, ctx.case.id, ctx.dtype, ctx.seed)
+
+
+class TimedCheck:
+    """The re-check of the calls a benchmark times (harness.timing.engine.TimedOutputs): the outputs are poisoned
+    before every timed call, outside the timed region, and a sample of the timed calls' outputs is compared with
+    the reference. A launcher that replays a result, or whose work is still in flight when it returns, fails
+    here however fast it looks."""
+
+    def __init__(self, spec: Spec, dtype: str, case: Case, args: Arguments, ref: dict):
+        self.spec, self.dtype, self.case, self.args, self.ref = spec, dtype, case, args, ref
+        self.value = None
+
+    def wrap(self, call: Callable[[], object]) -> Callable[[], None]:
+        """``call`` with its return value kept (a provider that returns its outputs)."""
+        def timed():
+            self.value = call()
+        return timed
+
+    def before(self) -> None:
+        for t in self.spec.outputs:
+            poison.poison(self.args.tensors[t.name], 0)
+
+    def verify(self) -> None:
+        returned = returned_outputs(self.spec, self.value)
+        for t in self.spec.written:
+            if t.inplace and t.name not in returned:
+                continue  # an in-place input holds the result of every call so far, not of one
+            got = returned.get(t.name, self.args.tensors[t.name])
+            problem = mismatch(got, self.ref[t.name], self.spec.tolerance(self.dtype, t.name, self.case))
+            if problem:
+                raise CheckFailure("timed outputs", f"{t.name}: a timed call's outputs do not match the reference "
+                                                    f"(poisoned before each call; checked after the 1st, 2nd, "
+                                                    f"4th, ... sample): {problem}")
+
 
 class CaseRun:
     """The calls of one case, each made when a check first needs it (the main run at once)."""
@@ -175,8 +216,7 @@ class CaseRun:
 
         if self.reference is None:
             return compute()
-        c = self.ctx
-        return self.reference.get((c.spec.name, c.spec.sha256, c.case.tier, c.case.id, c.dtype, c.seed), compute)
+        return self.reference.get(reference_key(self.ctx), compute)
 
     @functools.cached_property
     def contiguous(self) -> dict[str, torch.Tensor]:

@@ -86,9 +86,10 @@ def case_tasks(plan: ABPlan, base: BaseTree, *, seed: int, provider: str | None,
     return tasks
 
 
-def record(d: dict, pr_spec, ceilings) -> CaseComparison:
-    """A task's dict as a record, with each side's % of roofline from the PR spec's model."""
-    from harness.bench.roofline import roofline
+def record(d: dict, pr_spec, ceilings, judge_plausible: bool = False) -> CaseComparison:
+    """A task's dict as a record, with each side's % of roofline from the PR spec's model; with
+    ``judge_plausible`` (cold GPU timing), a PR time that cannot be physical makes the case WRONG."""
+    from harness.bench.roofline import implausible, roofline
     from harness.correctness.args import full_env
 
     d = {k: v for k, v in d.items() if k != "method"}
@@ -97,7 +98,11 @@ def record(d: dict, pr_spec, ceilings) -> CaseComparison:
     pct = {}
     for side in ("base", "pr"):
         median = d[f"{side}_median_us"]
-        pct[side] = roofline(pr_spec, env, median, ceilings, d["dtype"])["pct_roofline"] if median else None
+        roof = roofline(pr_spec, env, median, ceilings, d["dtype"]) if median is not None else {}
+        pct[side] = roof.get("pct_roofline")
+        why = implausible(median, roof, ceilings) if judge_plausible and median is not None else ""
+        if side == "pr" and why and d["verdict"] not in ("WRONG", "ERROR"):
+            d = {**d, "verdict": "WRONG", "reason": f"PR {d['pr_provider']}: {why}"[:500]}
     return CaseComparison(**{**d, "threshold": Threshold(**d["threshold"]) if d["threshold"] else None,
                              "base_blocks_us": tuple(tuple(b) for b in d["base_blocks_us"]),
                              "pr_blocks_us": tuple(tuple(b) for b in d["pr_blocks_us"]),

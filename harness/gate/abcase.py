@@ -22,6 +22,31 @@ class _SideError(Exception):
         self.side = side
 
 
+class _SideWrong(_SideError):
+    """A side's timed calls gave wrong outputs (harness.correctness.checks.TimedCheck)."""
+
+
+class _SideCheck:
+    """One side's re-check of its timed calls, its failure tagged with the side (a no-op without a check)."""
+
+    def __init__(self, check, side: str):
+        self.check, self.side = check, side
+
+    def before(self) -> None:
+        if self.check is not None:
+            self.check.before()
+
+    def verify(self) -> None:
+        from harness.correctness.registry import CheckFailure
+
+        if self.check is None:
+            return
+        try:
+            self.check.verify()
+        except CheckFailure as exc:
+            raise _SideWrong(self.side, exc) from exc
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
@@ -75,7 +100,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
         sys.path.append(base_root)  # the base's module root (kh_base_<sha>) is importable from here
     from harness.bench.dispatch import gpu_identity
     from harness.bench.plan import Job
-    from harness.bench.run import verify
+    from harness.bench.run import timed_check, verify
     from harness.correctness.args import make_args
     from harness.correctness.checks import ReferenceCache
     from harness.results.io import finite_json
@@ -91,7 +116,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
                pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None, threshold=threshold,
                noise=noise, base_spread=None, pr_spread=None, blocks=0, stop="", dropped=0, gpu_index=index,
                gpu_uuid=uuid, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[])
-    fns = {}
+    fns, jobs, refs = {}, {}, {"PR": ReferenceCache(), "base": ReferenceCache()}
     for side, spec, case in (("PR", pr_spec, pr_case), ("base", base_spec, base_case)):
         try:
             prov = _provider(spec, device, provider)
@@ -99,7 +124,8 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
             if not prov.runnable:
                 return {**out, "verdict": "NOT-COMPARED", "reason": f"{side} {prov.name}: {prov.reason}"}
             fn = prov.load(spec)
-            wrong = verify(Job(spec, case, dtype, prov), fn, device, ReferenceCache(), seed)
+            jobs[side] = Job(spec, case, dtype, prov)
+            wrong = verify(jobs[side], fn, device, refs[side], seed)
         except Exception as exc:  # one side's failure is this case's outcome, never the run's
             verdict = "ERROR" if side == "PR" else "NOT-COMPARED"
             return {**out, "verdict": verdict, "reason": f"{side}: {type(exc).__name__}: {_first_line(exc)}"}
@@ -111,10 +137,14 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
     # Both sides get the very same tensors when their specs declare the same arguments: on the H200, two
     # identical kernels given separately allocated inputs differed by up to 15 % at decode sizes, every time
     # (where the buffers landed, not the code). Shared buffers leave the code as the only difference.
-    pr_args = make_args(pr_spec, pr_case, dtype, device.torch_device, seed).kwargs()
+    args = {"PR": make_args(pr_spec, pr_case, dtype, device.torch_device, seed)}
     same = _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype)
-    base_args = pr_args if same else make_args(base_spec, base_case, dtype, device.torch_device, seed).kwargs()
-    fns = {"PR": _tagged(fns["PR"], pr_args, "PR"), "base": _tagged(fns["base"], base_args, "base")}
+    args["base"] = args["PR"] if same else make_args(base_spec, base_case, dtype, device.torch_device, seed)
+    # Each side's timed calls are re-checked against its reference: outputs poisoned before every sample, a
+    # block's last call compared, so a replayed result or work left on another stream is WRONG, not FASTER.
+    checks = {side: timed_check(jobs[side], args[side], device, refs[side], seed) for side in ("PR", "base")}
+    fns = {side: _tagged(fns[side], args[side].kwargs(), side) for side in ("PR", "base")}
+    fns = {side: checks[side].wrap(fn) if checks[side] else fn for side, fn in fns.items()}
 
     key_seed = case_seed((pr_spec.name, case_id, dtype))
 
@@ -122,7 +152,10 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
         return decide(base_blocks, pr_blocks, rule, paired=True, noise=noise, confidence=confidence, seed=key_seed)
 
     try:
-        run = measure_ab(fns["base"], fns["PR"], device.torch_device, BlockConfig(**blocks), judge)
+        run = measure_ab(fns["base"], fns["PR"], device.torch_device, BlockConfig(**blocks), judge,
+                         outputs=(_SideCheck(checks["base"], "base"), _SideCheck(checks["PR"], "PR")))
+    except _SideWrong as exc:
+        return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideError as exc:
         return {**out, "verdict": "ERROR" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     d = run.decision

@@ -66,17 +66,22 @@ class _Timer:
     def late(self) -> int:
         return self.sampler.late_discarded
 
-    def block(self, fn, n: int) -> list[float]:
+    def block(self, fn, n: int, outputs=None) -> list[float]:
+        """``n`` samples of ``fn``; with ``outputs`` (harness.timing.engine.TimedOutputs) poisoned before each
+        and the block's last call checked against the reference."""
         out, attempts = [], 0
+        before = outputs.before if outputs is not None else None
         while len(out) < n and attempts < 4 * n:  # a block of throttled samples stays short, not endless
             attempts += 1
-            value, clock = self.sampler.sample(fn)
+            value, clock = self.sampler.sample(fn, before)
             if value is None:
                 continue
             if self.is_throttled(clock, self.sampler.clock.max_mhz, self.cfg.throttle_fraction):
                 self.dropped += 1
                 continue
             out.append(value)
+        if outputs is not None and out:
+            outputs.verify()
         return out
 
 
@@ -93,18 +98,19 @@ def make_timer(base_fn, pr_fn, device: str, cfg: BlockConfig):
 
 
 def measure_ab(base_fn: Callable[[], object], pr_fn: Callable[[], object], device: str, cfg: BlockConfig,
-               judge: Callable[[list, list], Decision], timer=None) -> ABRun:
-    """Block pairs until ``judge`` (blocks -> Decision) is not INCONCLUSIVE, or the budget or block cap ends it."""
+               judge: Callable[[list, list], Decision], timer=None, outputs=(None, None)) -> ABRun:
+    """Block pairs until ``judge`` (blocks -> Decision) is not INCONCLUSIVE, or the budget or block cap ends it.
+    ``outputs``: (base, PR) re-checks of the timed calls (harness.timing.engine.TimedOutputs, or None)."""
     import torch
 
     t0 = time.perf_counter()
     timer = timer or make_timer(base_fn, pr_fn, device, cfg)
     dev = torch.device(device)
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
-        return _loop(timer, base_fn, pr_fn, cfg, judge, t0)
+        return _loop(timer, base_fn, pr_fn, cfg, judge, t0, outputs)
 
 
-def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float) -> ABRun:
+def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float, outputs=(None, None)) -> ABRun:
     base: list[tuple[float, ...]] = []
     pr: list[tuple[float, ...]] = []
     dropped0, late0 = timer.dropped, timer.late
@@ -113,8 +119,10 @@ def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float) -> ABRun:
     while not stop:
         while len(base) < target:
             first_base = len(base) % 2 == 0  # ABBA: each side goes first in every other block pair
-            a = timer.block(base_fn if first_base else pr_fn, cfg.samples)
-            b = timer.block(pr_fn if first_base else base_fn, cfg.samples)
+            first, second = (base_fn, pr_fn) if first_base else (pr_fn, base_fn)
+            checks = outputs if first_base else outputs[::-1]
+            a = timer.block(first, cfg.samples, checks[0])
+            b = timer.block(second, cfg.samples, checks[1])
             base.append(tuple(a if first_base else b))
             pr.append(tuple(b if first_base else a))
             if time.perf_counter() - sampling > cfg.budget_s:

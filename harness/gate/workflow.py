@@ -307,7 +307,9 @@ def judge(run: GateRun) -> GateRun:
     from harness.workers.pool import isolating
 
     found, o = run.found, run.options
-    records = [ab.record(found[i], run.pr_specs[found[i]["kernel"]], run.ceilings) for i in range(len(run.tasks))]
+    plausible = run.device.is_gpu and run.blocks.cold
+    records = [ab.record(found[i], run.pr_specs[found[i]["kernel"]], run.ceilings, plausible)
+               for i in range(len(run.tasks))]
     timed = sorted({d["method"] for d in found.values() if d.get("method")})
     settings = {**dataclasses.asdict(run.blocks), "timed with": ", ".join(timed) or "nothing timed",
                 "isolate": isolating(o.isolate, run.device.is_gpu)}

@@ -9,7 +9,7 @@ DASH = "\u2014"
 NBSP = "\u00a0"  # keeps "3.21x [3.18, 3.25]" on one line in a narrow table column
 PROVIDER_LABEL = {"reference": "eager"}  # how a provider heads a "vs" column
 VERDICT_TEXT = {"pass": "pass", "below-target": "**below\u00a0target**",
-                "model-error": "**model\u00a0error**", "n/a": "n/a"}
+                "model-error": "**model\u00a0error**", "implausible": "**implausible**", "n/a": "n/a"}
 
 
 def num(x, sig: int = 4) -> str:

@@ -19,7 +19,7 @@ STATUSES = ("ok", "wrong", "error", "skipped")
 ROLES = ("candidate", "baseline", "peer")
 
 
-VERDICTS = ("pass", "below-target", "model-error", "n/a")
+VERDICTS = ("pass", "below-target", "model-error", "implausible", "n/a")
 
 
 BOUNDS = ("memory", "compute")

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -67,27 +68,42 @@ class Measurement:
     wall_time_s: float
 
 
+class TimedOutputs(Protocol):
+    """What the caller checks of the timed calls themselves: ``before()`` runs before every cold sample, outside
+    the timed region (it poisons the outputs); ``verify()`` after the 1st, 2nd, 4th, 8th, ... kept sample
+    compares the outputs of the call just timed with the reference and raises when they differ."""
+
+    def before(self) -> None: ...
+
+    def verify(self) -> None: ...
+
+
+def _verify_due(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0  # 1, 2, 4, 8, ...: a sample of the timed calls, log-many
+
+
 def measure(fn: Callable[[], object], *, device: torch.device | str,
-            config: TimingConfig = TimingConfig()) -> Measurement:
-    """Time ``fn`` (a zero-argument callable that launches the work) on ``device``."""
+            config: TimingConfig = TimingConfig(), outputs: TimedOutputs | None = None) -> Measurement:
+    """Time ``fn`` (a zero-argument callable that launches the work) on ``device``; with ``outputs``, a sample
+    of the timed calls' outputs is checked again (a wrong one raises out of here)."""
     t0 = time.perf_counter()
     dev = torch.device(device)
     if dev.type == "cpu":
         if config.method not in ("auto", "host"):
             raise ValueError(f"method {config.method!r} needs a CUDA device; on a CPU use 'auto' or 'host'")
-        return _measure_cpu(fn, config, t0)
+        return _measure_cpu(fn, config, t0, outputs)
     if dev.type != "cuda":
         raise ValueError(f"unsupported device {dev}")
     if not torch.cuda.is_available():
         raise RuntimeError(f"{dev} requested but CUDA is not available")
     dev = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
     with torch.cuda.device(dev):
-        return _measure_cuda(fn, dev, config, t0)
+        return _measure_cuda(fn, dev, config, t0, outputs)
 
 
 # ----------------------------------------------------------------------------- shared
 
-def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params: dict):
+def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params: dict, outputs=None):
     """Run ``batch(count, deadline) -> [(value_us | None, clock_mhz | None)]`` until the rule stops.
 
     A None value was discarded by the method itself (launch gap, no GPU activity found); a sample
@@ -109,6 +125,8 @@ def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params
             if reader.available:  # aligned with kept; NaN where one reading failed
                 clocks.append(math.nan if clock is None else clock)
             rule.add(value)
+            if outputs is not None and _verify_due(rule.n):
+                outputs.verify()  # the outputs of the last call timed (a batch's last, with CUPTI)
             reason = reason or rule.verdict(0.0)  # convergence per sample; the wall clock per batch
         reason = reason or rule.verdict(time.perf_counter() - t0)
         if reason is None and attempts >= 4 * cfg.max_samples:  # nearly every sample was dropped
@@ -129,7 +147,7 @@ def _finish(kept, dropped, clocks, reason, warm, method, params, t0) -> Measurem
 
 # ----------------------------------------------------------------------------- CPU
 
-def _measure_cpu(fn, cfg: TimingConfig, t0: float) -> Measurement:
+def _measure_cpu(fn, cfg: TimingConfig, t0: float, outputs=None) -> Measurement:
     sampler = HostSampler(flush=cfg.cold and cfg.cpu_flush)
     params: dict = sampler.params()
     (totals,) = sampler.warm([fn], min_s=0.0, cap_s=min(1.0, cfg.timeout_s / 4))
@@ -138,12 +156,13 @@ def _measure_cpu(fn, cfg: TimingConfig, t0: float) -> Measurement:
     def batch(count, deadline):
         out = []
         for _ in range(count):
-            out.append(sampler.sample(fn))
+            out.append(sampler.sample(fn, before))
             if time.perf_counter() >= deadline:
                 break
         return out
 
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, sampler.clock, t0, 1, params)
+    before = outputs.before if outputs is not None else None
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, sampler.clock, t0, 1, params, outputs)
     k = _warm_calls(statistics.median(kept) if kept else 1.0, target_us=5000.0, cap=1000)
     warm, started = [], time.perf_counter()
     while len(warm) < 5 and (not warm or time.perf_counter() - started < 1.0):
@@ -161,7 +180,7 @@ def _warm_calls(median_us: float, *, target_us: float, cap: int) -> int:
 
 # ----------------------------------------------------------------------------- CUDA
 
-def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float) -> Measurement:
+def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float, outputs=None) -> Measurement:
     method = cfg.method
     if method == "auto":
         # Measured on the H200 against Nsight Compute's gpu__time_duration (bench/gpu_timing_check.py):
@@ -170,28 +189,29 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float) -> Measurement:
         # front-end that ncu counts). So auto means events; cupti stays available by name.
         method = "events"
     cu = GpuSampler(dev, cold=cfg.cold, method="host" if method == "host" else "events")
+    before = outputs.before if outputs is not None else None
     params: dict = {}
     (totals,) = cu.warm([fn], min_s=0.1, cap_s=min(5.0, cfg.timeout_s / 3))
     params.update(warmup_calls=len(totals), warmup_s=sum(totals))
     if method == "cupti":  # asked for by name: an unusable CUPTI is an error, never a silent switch
         try:
-            batch, chunk, name = _cupti_batch(fn, cu, params, statistics.median(totals[-3:]))
+            batch, chunk, name = _cupti_batch(fn, cu, params, statistics.median(totals[-3:]), before)
         except _CuptiUnusable as exc:
             raise RuntimeError(f"cupti timing unusable: {exc}") from exc
     else:
-        batch, chunk, name = _plain_batch(fn, cu), 1, cu.name
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, t0, chunk, params)
+        batch, chunk, name = _plain_batch(fn, cu, before), 1, cu.name
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, t0, chunk, params, outputs)
     warm = _warm_cuda(fn, cu, statistics.median(kept) if kept else 1.0, params)
     params.update(cu.params())
     return _finish(kept, dropped, clocks, reason, warm, name, params, t0)
 
 
-def _plain_batch(fn, cu: GpuSampler):
+def _plain_batch(fn, cu: GpuSampler, before=None):
     """One sample at a time from the sampler: CUDA events behind a spin, or host time around a synchronize."""
     def batch(count, deadline):
         out = []
         for _ in range(count):
-            out.append(cu.sample(fn))
+            out.append(cu.sample(fn, before))
             if time.perf_counter() >= deadline:
                 break
         return out
@@ -202,7 +222,7 @@ class _CuptiUnusable(RuntimeError):
     pass
 
 
-def _cupti_batch(fn, cu: GpuSampler, params: dict, call_s: float):
+def _cupti_batch(fn, cu: GpuSampler, params: dict, call_s: float, before=None):
     """Many samples per profiler session (a session has a fixed cost of tens of milliseconds)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -215,6 +235,8 @@ def _cupti_batch(fn, cu: GpuSampler, params: dict, call_s: float):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for j in range(count):
                 with record_function(f"{PROLOGUE_TAG}{j}"):
+                    if before is not None:
+                        before()
                     cu.flush()
                     cu.spin()
                 marker.record()

@@ -140,8 +140,13 @@ class GpuSampler:
         self.late_kept += 1
         return False
 
-    def sample(self, fn: Callable[[], object]) -> tuple[float | None, float | None]:
-        """(microseconds, SM clock MHz) of one cold call; None for a sample the launch-gap guard dropped."""
+    def sample(self, fn: Callable[[], object], before: Callable[[], object] | None = None
+               ) -> tuple[float | None, float | None]:
+        """(microseconds, SM clock MHz) of one cold call; None for a sample the launch-gap guard dropped.
+        ``before`` runs first, outside the timed region (the outputs poisoned, so a call that writes nothing
+        cannot pass the re-check of its timed outputs)."""
+        if before is not None:
+            before()
         self.flush()
         if self.method == "host":
             self.sync()
@@ -185,7 +190,10 @@ class HostSampler:
     def warm(self, fns, *, min_s: float = 0.0, cap_s: float = 1.0) -> list[list[float]]:
         return [warmup(fn, lambda: None, min_s=min_s, cap_s=cap_s)[0] for fn in fns]
 
-    def sample(self, fn: Callable[[], object]) -> tuple[float | None, float | None]:
+    def sample(self, fn: Callable[[], object], before: Callable[[], object] | None = None
+               ) -> tuple[float | None, float | None]:
+        if before is not None:
+            before()
         if self._flush is not None:
             self._flush()
         start = time.perf_counter_ns()
