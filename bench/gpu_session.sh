@@ -9,6 +9,10 @@
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
+#   checks    the generated ci-tier tests of every kernel (stale, stream and graph checks included), then the
+#             harness's own tests that need a GPU (the planted clock-fooling launchers among them)
+#   clock     a bench of three kernels (the timed calls re-checked), then bench/clock_prs.sh: the gate's A/A run
+#             and the two pull requests that fooled the clock (result replay, a side stream)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -20,6 +24,22 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,u
   | tee "$OUT/nvidia-smi.txt"
 what=$1; shift
 case "$what" in
+  checks)
+    python3 -m harness validate 2>&1 | tail -3 | tee "$OUT/validate.log"
+    start=$SECONDS
+    timeout 420 python3 -m pytest specs -q -rfEs -p no:cacheprovider "$@" 2>&1 \
+      | tee "$OUT/pytest-ci-tier.log" | grep -vE '^[.sF]+( |$)' | tail -30
+    echo "ci tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-ci-tier.log"
+    timeout 120 python3 -m pytest tests/test_clock_checks.py tests/test_engine.py tests/test_checks.py -q -rfEs \
+      -p no:cacheprovider 2>&1 | tee "$OUT/pytest-harness-gpu.log" | tail -8
+    ;;
+  clock)
+    timeout 300 python3 -m harness bench --kernel rmsnorm,softmax,silu_and_mul --out "$OUT/bench" 2>&1 \
+      | tee "$OUT/bench.log" | tail -6
+    tar -czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
+    timeout 280 bash bench/clock_prs.sh "$OUT/prs" 2>&1 | tee "$OUT/clock_prs.log"
+    tar -czf "$OUT/prs.tgz" -C "$OUT" prs && rm -rf "$OUT/prs"
+    ;;
   tests)
     python3 -m harness validate 2>&1 | tee "$OUT/validate.log"
     start=$SECONDS
