@@ -69,8 +69,8 @@ def check_stale(run):
     if not _applies(run):
         return NOT_APPLICABLE
     spec = run.ctx.spec
-    args = clone_args(run.pristine)
-    run.fn(**args.kwargs())  # the first call on these buffers: whatever it caches, it caches now
+    run.second  # noqa: B018 - its outputs are compared before these buffers are reused
+    args = run.second_args  # called once already: whatever the kernel caches for these buffers, it has cached
     other = _other_inputs(run)
     _write_inputs(args, other, spec)  # in place: the same data pointers, new values
     _poison_outputs(args, spec)
