@@ -72,8 +72,8 @@ def _job(tmp_path, impl: str):
     from harness.spec.load import load
     from harness.target.providers import Provider
 
-    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale",
-                           extra="\n[peers.planted]\nimpl = \"" + impl + "\"\n\n[[cases.bench]]\nrows = 64\ncols = 256\n"))
+    extra = f'\n[peers.planted]\nimpl = "{impl}"\n\n[[cases.bench]]\nrows = 64\ncols = 256\n'
+    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale", extra=extra))
     return Job(spec, spec.cases["bench"][0], "fp32", Provider("planted", "peer", "peer", impl, True))
 
 
@@ -142,8 +142,8 @@ def test_the_gate_rechecks_each_sides_timed_calls(tmp_path):
     from harness.spec.load import load
 
     spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale"))
-    case = spec.cases["ci"][0]
-    args = make_args(spec, case, "fp32", "cpu", 0)
+    case, device = spec.cases["ci"][0], detect()
+    args = make_args(spec, case, "fp32", device.torch_device, 0)
     ref = reference_args(spec, args, "fp32")
     resolve_import(spec.reference)(**ref.kwargs())
     expected = {"out": ref.tensors["out"]}
@@ -154,13 +154,14 @@ def test_the_gate_rechecks_each_sides_timed_calls(tmp_path):
 
     base, base_check = side("tests.planted.broken_kernels:scale")
     pr, pr_check = side(PLANTED + "scale_replays")
-    cfg = BlockConfig(blocks=6, samples=3, budget_s=2.0, method="host")
+    cfg = BlockConfig(blocks=6, samples=3, budget_s=2.0, method="events" if device.is_gpu else "host")
 
     def judge(b, p):
         return Decision("SAME", 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, len(b))
 
     with pytest.raises(_SideWrong) as exc:
-        measure_ab(base, pr, "cpu", cfg, judge, outputs=(_SideCheck(base_check, "base"), _SideCheck(pr_check, "PR")))
+        measure_ab(base, pr, device.torch_device, cfg, judge,
+                   outputs=(_SideCheck(base_check, "base"), _SideCheck(pr_check, "PR")))
     assert exc.value.side == "PR" and "a timed call's outputs do not match the reference" in str(exc.value)
-    run = measure_ab(base, base, "cpu", cfg, judge, outputs=(_SideCheck(base_check, "base"),) * 2)
+    run = measure_ab(base, base, device.torch_device, cfg, judge, outputs=(_SideCheck(base_check, "base"),) * 2)
     assert run.decision.verdict == "SAME"
