@@ -46,7 +46,8 @@ def make_spec(tmp_path: Path, impl: str, layouts: str = ALL_LAYOUTS):
 
 
 def planted_spec(tmp_path: Path, template: str, impl: str):
-    """tests/specs/<template>.toml with its triton backend ``tests.planted.check_kernels:<impl>``."""
+    """tests/specs/<template>.toml with its backend's ``{impl}`` filled in (each template names the planted
+    module: tests.planted.check_kernels, tests.planted.fp8_out_kernels)."""
     text = (REPO / "tests" / "specs" / f"{template}.toml").read_text()
     assert "{impl}" in text
     path = tmp_path / f"{template}.toml"
@@ -72,8 +73,8 @@ def with_backend(tmp_path: Path, name: str, old_impl: str, impl: str):
     return load(spec_variant(tmp_path, name, f'impl = "{old_impl}"', f'impl = "{impl}"'))
 
 
-def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
-    """Every case of ``tiers`` in every dtype through the generated checks with the spec's triton backend:
+def run_all(spec, tiers=("edge", "ci"), backend: str = "triton") -> dict[tuple[str, str], list[str]]:
+    """Every case of ``tiers`` in every dtype through the generated checks with the spec's ``backend``:
     {(dtype, failing check): ['case: message', ...]}; a crash is an outcome, under "error"."""
     from harness.correctness.args import case_seed
     from harness.correctness.checks import CaseContext, CheckFailure, run_checks
@@ -81,11 +82,11 @@ def run_all(spec, tiers=("edge", "ci")) -> dict[tuple[str, str], list[str]]:
     from harness.target.device import detect
 
     device = detect()
-    fn, ref = resolve_import(spec.backends["triton"].impl), resolve_import(spec.reference)
+    fn, ref = resolve_import(spec.backends[backend].impl), resolve_import(spec.reference)
     failures: dict[tuple[str, str], list[str]] = {}
     for dtype in spec.dtypes:
         for case in [c for tier in tiers for c in spec.cases[tier]]:
-            ctx = CaseContext(spec, "triton", dtype, case, case_seed(spec, dtype, case), device.arch,
+            ctx = CaseContext(spec, backend, dtype, case, case_seed(spec, dtype, case), device.arch,
                               device.torch_device)
             try:
                 run_checks(ctx, fn, ref)
