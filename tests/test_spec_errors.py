@@ -94,7 +94,7 @@ CASES = [
      "waive.bench.torch.compile: expected the reason as a non-empty string"),
     ('[roofline]', '[rooflne]', "rooflne: unknown key (did you mean 'roofline'?)"),
     ('name = "scale"', 'name = "scale"\nname = "again"', "invalid TOML"),
-    ('[[cases.ci]]\nrows = 16\ncols = 128', '[[cases.ci]]\nrows = 16\ncols = 128\nheadline = true', "cases.ci[0].headline: only bench cases"),
+    ('[[cases.ci]]\nrows = 16\ncols = 128', '[[cases.ci]]\nrows = 16\ncols = 128\nheadline = true', "cases.ci[0].headline: only bench and cpu cases"),
     ('values = "normal"', 'values = "sqrt(cols)"', "inputs.x.values: expected one of normal, uniform, randint"),
     ('values = "normal"', 'values = "normal(0, uniform(0, 1))"', "inputs.x.values: bad expression"),
     ('values = "normal"', 'values = "uniform(0, sqrt(colz))"', "inputs.x.values: undefined symbol 'colz'"),

@@ -180,3 +180,22 @@ def test_binding_reports_what_loading_does_not_import(tmp_path):
         bind(spec)
     assert exc.value.problems == [f"{bad}: kernel.reference: cannot import \"kernels.rmsnorm:nope_ref\": module "
                                   "'kernels.rmsnorm' has no attribute 'nope_ref'"]
+
+
+def test_a_bool_symbol_varies_like_a_number(tmp_path):
+    """`vary = { nbg = [true, false] }` generates a case per value, as for sizes; a bool among sizes (or a size
+    among bools) is one line naming the key."""
+    from harness.spec.schema import SpecError
+    from tests.e2e import write_spec
+
+    path = write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale_any")
+    text = path.read_text().replace("base = { rows = 5, cols = 33 }", "base = { rows = 5, cols = 33, flip = false }")
+    path.write_text(text.replace("vary = { rows = [0, 1, 4], cols = [1, 7, 83] }",
+                                 "vary = { rows = [0, 1, 4], cols = [1, 7, 83], flip = [true] }"))
+    spec = load(path)
+    assert "rows=5,cols=33,flip=true" in {c.id for c in spec.cases["edge"]}
+    path.write_text(path.read_text().replace("flip = [true]", "flip = [1]"))
+    with pytest.raises(SpecError) as exc:
+        load(path)
+    assert exc.value.problems == [f"{path}: cases.edge.vary.flip: expected booleans (the base case sets a boolean), "
+                                  "got 1"]

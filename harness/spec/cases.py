@@ -109,9 +109,11 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple, specials: tuple[str, 
         if not isinstance(values, list):
             r.problem(f"cases.edge.vary.{sym}", f"expected a list of sizes, got {describe(values)}")
             continue
+        flag = isinstance(base.values[sym], bool)  # a bool symbol varies over bools, a size over numbers
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                r.problem(f"cases.edge.vary.{sym}", f"expected numbers, got {describe(v)}")
+            if flag != isinstance(v, bool) or not isinstance(v, (int, float)):
+                want = "booleans (the base case sets a boolean)" if flag else "numbers"
+                r.problem(f"cases.edge.vary.{sym}", f"expected {want}, got {describe(v)}")
                 continue
             generated.append(Case("edge", tuple((k, v if k == sym else b) for k, b in base.given)))
             if isinstance(v, int) and v > 2 and v & (v - 1) and (sym not in odd or v < odd[sym]):
