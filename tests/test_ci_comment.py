@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli.ci_comment import COMMENT_LIMIT, MARKER, comment_body
 from harness.cli.main import main
-from harness.cli.registry import BadInput
+from harness.gate.comment import COMMENT_LIMIT, MARKER, MIN_LIMIT, comment_body
+from harness.steps import BadInput
 
 LINK = "https://github.example/o/r/actions/runs/1"
 
@@ -62,8 +62,6 @@ def test_command_reads_downloaded_artifact_folders(tmp_path, capsys):
 
 
 def test_smallest_limit_with_many_reports_still_fits():
-    from harness.cli.ci_comment import MIN_LIMIT
-
     reports = [_report(f"sm{80 + i}", 10_000) for i in range(12)]
     body = comment_body(reports, limit=MIN_LIMIT, link=LINK + "/" + "x" * 300)
     assert len(body) <= MIN_LIMIT and body.startswith(MARKER)

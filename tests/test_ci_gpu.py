@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-import harness.cli.ci as ci
-from harness.cli.ci import ACCEPT_LABEL, Acceptance, acceptance, decide, needs_code, truncate_bytes
+import harness.gate.ci as ci
 from harness.cli.main import main
+from harness.gate.ci import ACCEPT_LABEL, Acceptance, acceptance, decide, needs_code, truncate_bytes
 
 NONE = Acceptance(False, "", "")
 ACCEPTED = Acceptance(True, "vectorised path trades 4% at decode sizes for 20% at prefill", "maintainer")

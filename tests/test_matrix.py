@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -62,10 +63,19 @@ def test_bad_arch_is_one_line(capsys):
     assert len(err) == 1 and "--arch" in err[0] and "'mi300'" in err[0], err
 
 
-def test_default_targets_are_nvidia_and_amd():
-    from harness.spec.archs import DEFAULT_ARCHS
+def test_without_arch_the_matrix_compiles_for_nvidia_and_amd(tmp_path, monkeypatch, capsys):
+    import harness.aot.triton as aot_triton
+    from harness.spec.archs import is_amd
 
-    assert DEFAULT_ARCHS == ("sm_80", "sm_90", "sm_100", "gfx942", "gfx950")
+    asked = []
+    monkeypatch.setattr(aot_triton, "compile_all", lambda records, archs, jobs=None: asked.append(tuple(archs)) or [])
+    (tmp_path / "spill.toml").write_text(SPEC.format(name="spill"))
+    assert main(["matrix", "--specs-dir", str(tmp_path), "--out", str(tmp_path / "m.json")]) == 0, capsys.readouterr()
+    (archs,) = asked
+    assert {is_amd(a) for a in archs} == {True, False}, archs
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert tuple(doc["archs"]) == archs and {e["arch"] for e in doc["entries"]} == set(archs)
+    assert f"x archs ({', '.join(archs)})" in capsys.readouterr().out
 
 
 def test_a_launch_two_backends_share_compiles_once_per_target(monkeypatch):
@@ -74,7 +84,7 @@ def test_a_launch_two_backends_share_compiles_once_per_target(monkeypatch):
     from types import SimpleNamespace
 
     import harness.aot.triton as aot_triton
-    from harness.cli import matrix
+    from harness.aot import workflow
 
     calls = []
 
@@ -87,10 +97,10 @@ def test_a_launch_two_backends_share_compiles_once_per_target(monkeypatch):
                                        signature={})
     shared, tma, ptr_only = rec("pointer"), rec("persistent"), rec("pointer_small")
     compiled = {}
-    first, fresh1 = matrix.compile_once([tma, shared], ("sm_90",), compiled, "matmul", None)
+    first, fresh1 = workflow.compile_once([tma, shared], ("sm_90",), compiled, "matmul", None)
     assert [(r.record.kernel_name, r.arch) for r in first] == [("persistent", "sm_90"), ("pointer", "sm_90")]
     assert len(fresh1) == 2
-    second, fresh2 = matrix.compile_once([shared, ptr_only], ("sm_80", "sm_90"), compiled, "matmul", None)
+    second, fresh2 = workflow.compile_once([shared, ptr_only], ("sm_80", "sm_90"), compiled, "matmul", None)
     assert [(r.record.kernel_name, r.arch) for r in second] == [
         ("pointer", "sm_80"), ("pointer", "sm_90"), ("pointer_small", "sm_80"), ("pointer_small", "sm_90")]
     assert calls[1:] == [(["pointer"], ("sm_80",)), (["pointer_small"], ("sm_80", "sm_90"))]
