@@ -13,9 +13,10 @@ import harness
 
 ROOT = Path(harness.__file__).resolve().parent
 # A package may import only the packages named here (and the root modules: harness, harness.importpath).
-# The order follows docs/architecture.md: spec at the bottom, cli at the top.
+# The order follows docs/architecture.md: interpreter and spec at the bottom, cli at the top.
 ALLOWED = {
-    "spec": set(),
+    "interpreter": set(),  # the Triton interpreter's compatibility layer: below everything, imports nothing
+    "spec": {"interpreter"},  # spec.imports installs it where it sets TRITON_INTERPRET=1
     "workers": set(),
     "target": {"spec"},
     "timing": {"target", "spec"},
@@ -23,14 +24,14 @@ ALLOWED = {
     "results": {"spec"},
     "report": {"results", "spec"},
     "aot": {"spec", "target"},
-    "bench": {"spec", "target", "correctness", "timing", "results", "workers"},
+    "bench": {"spec", "target", "correctness", "timing", "results", "workers", "report"},
     "gate": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "report"},
     "plugin": {"spec", "target", "correctness", "timing", "results", "workers", "bench"},
     "profile": {"spec", "target", "correctness", "timing", "results", "bench"},
     "cli": {"spec", "target", "correctness", "timing", "results", "workers", "bench", "gate", "report", "aot",
             "profile"},
 }
-ROOT_MODULES = {"harness", "harness.importpath", "harness.steps", "harness.__main__"}
+ROOT_MODULES = {"harness", "harness.importpath", "harness.steps", "harness.config", "harness.__main__"}
 
 
 def modules() -> dict[str, Path]:
