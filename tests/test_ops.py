@@ -33,7 +33,9 @@ def write_planted(directory: Path, impl: str = GOOD, op: str = "", extra: str = 
 
 
 def planted(tmp_path: Path, **kw):
-    return load_spec(write_planted(tmp_path, **kw))
+    from harness.spec.bind import bind
+
+    return bind(load_spec(write_planted(tmp_path, **kw)))
 
 
 def _run(check, spec, backend="triton", dtype="fp32", **kw):

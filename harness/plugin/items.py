@@ -69,7 +69,45 @@ def _relative(path: Path, root: Path) -> str:
 
 
 class KernelError(Exception):
-    """A kernel (or its reference) raised: the message and the case, without the tensors' frames."""
+    """A kernel (or its reference) raised: the message and the case, without the tensors' frames. ``frames``
+    is the traceback as text, whole; :func:`kernel_frames` trims it to the kernel's own code."""
+
+    def __init__(self, message: str, frames: tuple = ()):
+        super().__init__(message)
+        self.frames = frames
+
+
+_HARNESS = str(Path(__file__).resolve().parents[1])
+
+
+def kernel_frames(frames: tuple) -> tuple:
+    """The frames of the code under test: not the harness's, not an installed package's (torch, triton), so a
+    crash reads as the kernel's line; the innermost frame stays when nothing else would."""
+    mine = tuple(f for f in frames if not f.filename.startswith(_HARNESS) and "-packages" not in f.filename)
+    return mine or frames[-1:]
+
+
+def _format(frames) -> str:
+    import traceback
+
+    return "".join(traceback.format_list(list(frames))).rstrip()
+
+
+def crash_text(item, exc: BaseException, frames: tuple, head: str = "") -> str:
+    """A crash as every generated item reports one: the error's line, the kernel's frames (every frame with
+    --tb=long) and the command that reproduces it."""
+    whole = item.config.getoption("tbstyle", "auto") == "long"
+    shown = frames if whole else kernel_frames(frames)
+    what = "traceback" if whole else "traceback, the kernel's frames (--tb=long for all)"
+    return f"{head}{exc}\n{what}:\n{_format(shown)}\n{reproduce(item)}"
+
+
+def reproduce(item) -> str:
+    """The one command that runs this item again with the same inputs."""
+    opts = item.config.stash[_KEY]
+    extra = f" --tier {opts['tier']}" if opts["tier"] != "ci" else ""
+    seed = f" --seed {opts['seed']}" if opts["seed"] else ""
+    return f"reproduce: python -m pytest '{item.nodeid}'{extra}{seed}"
 
 
 class SpecErrorItem(pytest.Item):
@@ -124,8 +162,11 @@ class KernelCaseItem(pytest.Item):
             error = None
         except CheckFailure:
             raise
-        except Exception as exc:  # a crashing kernel: keep its text, drop the frames holding its tensors
-            error = KernelError(f"{type(exc).__name__}: {exc}\n{ctx.describe()}")
+        except Exception as exc:  # a crashing kernel: keep its text and frames as text, drop the tensors
+            import traceback
+
+            error = KernelError(f"{type(exc).__name__}: {exc}\n{ctx.describe()}",
+                                tuple(traceback.extract_tb(exc.__traceback__)))
         finally:
             if self.device.is_gpu:
                 import torch
@@ -156,9 +197,12 @@ class KernelCaseItem(pytest.Item):
 
         ctx = CaseContext(self.spec, self.backend, self.dtype, self.case, self.seed, self.device.arch,
                           self.device.torch_device)
-        if isinstance(excinfo.value, (CheckFailure, KernelError)):
-            return str(excinfo.value)
-        return f"{super().repr_failure(excinfo, style='short')}\n{ctx.describe()}"
+        exc = excinfo.value
+        if isinstance(exc, KernelError) and exc.frames:
+            return crash_text(self, exc, exc.frames)
+        if isinstance(exc, (CheckFailure, KernelError)):
+            return f"{exc}\n{reproduce(self)}"
+        return f"{super().repr_failure(excinfo, style='short')}\n{ctx.describe()}\n{reproduce(self)}"
 
     def reportinfo(self):
         return self.path, None, f"{self.name} seed={self.seed}"

@@ -71,12 +71,22 @@ class OpCheckItem(pytest.Item):
             self.user_properties.append(("note", note))
 
     def repr_failure(self, excinfo, style=None):
-        from harness.correctness.registry import CheckFailure
+        import traceback
 
-        if isinstance(excinfo.value, CheckFailure):
-            return str(excinfo.value)
-        return (f"{super().repr_failure(excinfo, style='short')}\n[{self.spec.name} {self.kind} backend={self.backend} "
-                f"dtype={self.dtype} seed={self.seed} arch={self.device.arch} spec={self.spec.path}]")
+        from harness.correctness.registry import CheckFailure
+        from harness.plugin.items import crash_text, reproduce
+
+        exc = excinfo.value
+        if isinstance(exc, CheckFailure):
+            return f"{exc}\n{reproduce(self)}"
+        if isinstance(exc, pytest.fail.Exception):
+            return f"{exc}\n{reproduce(self)}"
+        # A crash reads like every other check: its name, the error's line and the context, then the frames.
+        text = str(exc).strip().splitlines()
+        head = (f"{self.kind}: {type(exc).__name__}: {text[0] if text else ''}\n[{self.spec.name} {self.kind} "
+                f"backend={self.backend} dtype={self.dtype} seed={self.seed} arch={self.device.arch} "
+                f"spec={self.spec.path}]")
+        return crash_text(self, "", tuple(traceback.extract_tb(excinfo.tb)), head=head)
 
     def reportinfo(self):
         return self.path, None, f"{self.name} seed={self.seed}"
