@@ -193,7 +193,7 @@ def test_small_tile_is_clean_everywhere_and_amd_figures_are_read(transposes):
     for row in amd_rows:
         assert row.registers > 0 and row.sgprs > 0 and row.occupancy > 0
         assert (row.vgpr_spills, row.sgpr_spills, row.stack_bytes) == (0, 0, 0)
-        assert row.config.endswith("w8 s2")  # HIP's default stages: the launch gave none
+        assert row.config.endswith("w8 s2 [fp32]")  # HIP's default stages: the launch gave none
     text = aot.render_table(aot.table_rows(transposes["small"]))
     assert "occ" in text.splitlines()[0] and "gfx950" in text
 

@@ -122,7 +122,7 @@ def test_table_rows_and_text(compiled):
     assert status[("scale_add_kernel", "sm_80")] == "ok"
     assert status[("to_fp8_kernel", "sm_80")].startswith("compile error")
     assert status[("spill_kernel", "sm_90")].startswith("spills")
-    assert rows[0].config == "BLOCK=1024 w4 s3"
+    assert rows[0].config == "BLOCK=1024 w4 s3 [fp32]"
     text = aot.render_table(rows)
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["kernel", "arch", "config", "regs"] and len(lines) == 2 + len(rows)
@@ -168,7 +168,7 @@ def test_integer_specialisation_follows_triton(planted, n, ty, div16, specialise
     assert ("n" in rec.divisible_by_16) == div16
     assert ("n" in rec.specialised) == specialised
     if specialised:
-        assert rec.constexprs["n"] == 1 and rec.config_label() == "BLOCK=1,n=1 w1 s3"
+        assert rec.constexprs["n"] == 1 and rec.config_label() == "BLOCK=1,n=1 w1 s3 [fp32]"
 
 
 def test_specialised_constant_compiles(planted):
@@ -182,7 +182,7 @@ def test_autotuned_kernel_records_every_config(planted):
     got = [(r.autotune_config, r.autotune_count, r.constexprs["BLOCK"], r.constexprs["EVEN"], r.num_warps,
             r.num_stages, r.grid) for r in recs]
     assert got == [(0, 2, 256, False, 2, 3, (20, 1, 1)), (1, 2, 1024, False, 4, 2, (5, 1, 1))]
-    assert recs[0].config_label() == "#0 BLOCK=256,EVEN=False w2 s3"
+    assert recs[0].config_label() == "#0 BLOCK=256,EVEN=False w2 s3 [fp32]"
     assert [r.ok for r in aot.compile_all(recs, ("sm_90",))] == [True, True]
 
 

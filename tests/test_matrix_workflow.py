@@ -33,7 +33,7 @@ def _backend(name, source=None, requires=("triton",), arch=()):
 
 def _spec(*backends, waivers=None, cases=None, dtypes=("fp32",)):
     return NS(name="k", waivers=waivers or {}, backends={b.name: b for b in backends}, cases=cases or {},
-              dtypes=dtypes)
+              dtypes=dtypes, must_refuse=lambda backend, layout: layout != "contiguous")
 
 
 def _record(name="kern", block=64) -> LaunchRecord:
@@ -124,13 +124,14 @@ def test_record_launches_keeps_each_config_once_and_reports_launcher_failures(mo
 
     def record(fn, args):
         if args["case"] == "refused":
-            raise ValueError("layout not supported")  # declared: not a problem
+            raise AssertionError("`x` groups must be contiguous")  # a refused layout: any exception, as in pytest
         if args["case"] == "broken":
             raise RuntimeError("boom")
         return [_record(block=64), _record(block=128 if args["dtype"] == "bf16" else 64)]
 
     monkeypatch.setattr(wf, "record_calls", record)
-    cases = {"edge": [NS(id="a"), NS(id="refused")], "ci": [NS(id="broken")]}
+    cases = {"edge": [NS(id="a", layout="contiguous"), NS(id="refused", layout="strided")],
+             "ci": [NS(id="broken", layout="contiguous")]}
     spec = _spec(cases=cases, dtypes=("fp32", "bf16"))
     job = wf.BackendJob(spec, _backend("triton"), wf.TRITON, ("sm_90",))
     run = _run(backends=(job,), meta_args=lambda s, case, dtype: {"case": case.id, "dtype": dtype})

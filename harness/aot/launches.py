@@ -40,10 +40,14 @@ class LaunchRecord:
     defaulted: tuple[str, ...] = ()
 
     def config_label(self, num_warps: int | None = None, num_stages: int | None = None) -> str:
-        """Compact: declared constexprs, then specialised args, warps, stages; "#i" for autotune config i."""
+        """Compact: declared constexprs, then specialised args, warps, stages, the pointers' element types;
+        "#i" for autotune config i."""
         names = [k for k in self.constexprs if k not in self.specialised] + list(self.specialised)
         label = ",".join(f"{k}={str(self.constexprs[k]).removeprefix('triton.language.')[:40]}" for k in names)
         label += f" w{num_warps or self.num_warps} s{num_stages or self.num_stages}"
+        # The tensors' element types tell apart the launches a spec's dtypes make of one config.
+        types = dict.fromkeys(t[1:] for t in self.signature.values() if str(t).startswith("*"))
+        label += f" [{','.join(types)}]" if types else ""
         return label.strip() if self.autotune_config is None else f"#{self.autotune_config} {label.strip()}"
 
 

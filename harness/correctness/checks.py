@@ -173,11 +173,7 @@ class CaseRun:
         self.ctx, self.fn, self.ref_fn, self.reference, self.notes = ctx, fn, ref_fn, reference, []
         self.args = make_args(spec, ctx.case, ctx.dtype, ctx.device, ctx.seed)
         self.pristine = clone_args(self.args)
-        layout = ctx.case.layout
-        # The reference is never required to refuse a layout: a plain-torch reference that works on any is no
-        # defect, whatever the backends declare.
-        self.refusal_expected = (layout != "contiguous" and ctx.backend != REFERENCE
-                                 and layout not in spec.layouts_for(ctx.backend) and "layout" not in spec.waivers)
+        self.refusal_expected = spec.must_refuse(ctx.backend, ctx.case.layout)
         self.zero_size = is_zero_size(self.args)
         self.main_error: Exception | None = None
         self.zero_size_error: Exception | None = None

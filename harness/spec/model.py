@@ -256,6 +256,13 @@ class Spec:
         b = self.backends.get(backend)
         return self.layouts if b is None or b.layouts is None else b.layouts
 
+    def must_refuse(self, backend: str, layout: str) -> bool:
+        """The one rule for a launcher refusing a layout, in the generated tests and the matrix alike: a backend
+        must refuse (raise anything, before launching) a layout its spec does not list, unless the layout check
+        is waived. The reference never has to: a plain-torch reference that works on any layout is no defect."""
+        return (layout != "contiguous" and backend != "reference" and layout not in self.layouts_for(backend)
+                and "layout" not in self.waivers)
+
     def env(self, case: Case) -> dict:
         """A case's symbols completed with the spec's defaults and derived symbols."""
         return ex.resolve_symbols(case.values, self.symbols)
