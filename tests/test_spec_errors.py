@@ -73,7 +73,7 @@ CASES = [
     ('name = "scale"', 'name = "scales"', 'kernel.name: "scales" must match the file name "scale"'),
     ('values = "normal"', 'values = "gaussian"', "inputs.x.values: expected one of normal, uniform, randint"),
     ('values = "normal"', 'values = "uniform(0)"', "inputs.x.values: uniform takes 2 arguments, got 1"),
-    ('[[cases.ci]]\nrows = 16', '[[cases.ci]]\nrows = "sixteen"', 'cases.ci[0].rows: expected a number or boolean, got "sixteen"'),
+    ('[[cases.ci]]\nrows = 16', '[[cases.ci]]\nrows = "sixteen"', 'cases.ci[0].rows: a dimension (of x) must be a number, got "sixteen"'),
     ('constraints = ["cols >= 0"]', 'constraints = ["cols < 100"]', "cases.ci[0]: breaks constraint 'cols < 100'"),
     ('vary = { rows = [0, 1], cols = [1, 83] }', 'vary = { rows = [1], cols = [83] }', "cases.edge: no generated case has a 0-size dimension"),
     ('bytes = "bytes_x + bytes_w + bytes_out"', 'bytes = "bytes_x + bytes_y"', "roofline.bytes: undefined symbol 'bytes_y'"),

@@ -199,3 +199,25 @@ def test_a_bool_symbol_varies_like_a_number(tmp_path):
         load(path)
     assert exc.value.problems == [f"{path}: cases.edge.vary.flip: expected booleans (the base case sets a boolean), "
                                   "got 1"]
+
+
+def test_a_string_symbol_varies_per_case_and_reaches_a_param(tmp_path):
+    """A string parameter that varies by case (Liger's kl_div `reduction`): `[params] reduction = { expr =
+    "reduction" }` takes each case's value."""
+    from harness.correctness.args import full_env
+    from tests.e2e import write_spec
+
+    path = write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale_any",
+                      extra='\n[params.reduction]\nexpr = "reduction"\n')
+    text = path.read_text().replace("base = { rows = 5, cols = 33 }",
+                                    'base = { rows = 5, cols = 33, reduction = "mean" }')
+    text = text.replace("[[cases.ci]]\nrows = 16\ncols = 128", '[[cases.ci]]\nrows = 16\ncols = 128\nreduction = "sum"')
+    path.write_text(text.replace("vary = { rows = [0, 1, 4], cols = [1, 7, 83] }",
+                                 'vary = { rows = [0, 1, 4], cols = [1, 7, 83], reduction = ["sum", "none"] }'))
+    spec = load(path)
+    case = next(c for c in spec.cases["edge"] if c.id == "rows=5,cols=33,reduction=sum")
+    assert spec.params["reduction"](full_env(spec, case, "fp32")) == "sum"
+    path.write_text(path.read_text().replace('reduction = ["sum", "none"]', 'reduction = ["sum", 3]'))
+    with pytest.raises(Exception) as exc:
+        load(path)
+    assert "cases.edge.vary.reduction: expected strings (the base case sets a string), got 3" in str(exc.value)

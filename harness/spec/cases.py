@@ -56,6 +56,15 @@ def read_cases(r: Reader, t: dict, layouts, specials: tuple[str, ...] = ()) -> t
     return symbols, tuple(constraints), cases
 
 
+def _kind(value) -> str | None:
+    """'bool', 'str', '' for a number, None for anything else: what a varied symbol's values must share."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "str"
+    return "" if isinstance(value, (int, float)) else None
+
+
 def _cpu_default(ci: tuple[Case, ...]) -> tuple[Case, ...]:
     """The cpu bench tier a spec does not declare: its ci cases, the last (usually the largest) the headline.
     Small shapes are what a CPU times in seconds; the spec's bench shapes would take it an hour."""
@@ -70,8 +79,8 @@ def _case(r: Reader, item, tier: str, key: str, specials: tuple[str, ...] = ()) 
     for name, value in item.items():
         if name in CASE_KEYS:
             continue
-        if not isinstance(value, (bool, int, float)):
-            r.problem(f"{key}.{name}", f"expected a number or boolean, got {describe(value)}")
+        if not isinstance(value, (bool, int, float, str)):
+            r.problem(f"{key}.{name}", f"expected a number, boolean or string, got {describe(value)}")
             return None
         given.append((name, value))
     layout = r.get(item, "layout", str, key, default="contiguous")
@@ -109,11 +118,12 @@ def _edge(r: Reader, t, symbols: dict, constraints: tuple, specials: tuple[str, 
         if not isinstance(values, list):
             r.problem(f"cases.edge.vary.{sym}", f"expected a list of sizes, got {describe(values)}")
             continue
-        flag = isinstance(base.values[sym], bool)  # a bool symbol varies over bools, a size over numbers
+        kind = _kind(base.values[sym])  # a symbol varies over values of its base value's kind
         for v in values:
-            if flag != isinstance(v, bool) or not isinstance(v, (int, float)):
-                want = "booleans (the base case sets a boolean)" if flag else "numbers"
-                r.problem(f"cases.edge.vary.{sym}", f"expected {want}, got {describe(v)}")
+            if _kind(v) != kind:
+                want = {"bool": "booleans", "str": "strings"}.get(kind, "numbers")
+                why = f" (the base case sets a {'boolean' if kind == 'bool' else 'string'})" if kind else ""
+                r.problem(f"cases.edge.vary.{sym}", f"expected {want}{why}, got {describe(v)}")
                 continue
             generated.append(Case("edge", tuple((k, v if k == sym else b) for k, b in base.given)))
             if isinstance(v, int) and v > 2 and v & (v - 1) and (sym not in odd or v < odd[sym]):

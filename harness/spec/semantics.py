@@ -67,10 +67,16 @@ def _case(r: Reader, spec, case, key: str) -> None:
         for c in spec.constraints:
             if not c(env):
                 r.problem(key, f"breaks constraint {c.source!r}")
+        strings = set()
         for t in spec.tensors:
             for d in t.shape:
                 v = d(env)
-                if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, float) and v.is_integer()):
+                if isinstance(v, str):  # a string symbol used as a size: once, at the key that set it
+                    if d.source not in strings:
+                        strings.add(d.source)
+                        at = f"{key}.{d.source}" if d.source in case.values else key
+                        r.problem(at, f"a dimension (of {t.name}) must be a number, got {describe(v)}")
+                elif isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, float) and v.is_integer()):
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v!r} is not an integer")
                 elif v < 0:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v} is negative")
