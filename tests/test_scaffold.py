@@ -90,7 +90,10 @@ def test_generated_tests_run_and_fail_only_at_the_todo(project):
     outcomes = _outcomes(project)
     triton = {k: v for k, v in outcomes.items() if k.startswith(f"{NAME}[triton-")}
     reference = {k: v for k, v in outcomes.items() if k.startswith(f"{NAME}[reference-")}
-    assert len(triton) >= 30 and len(reference) == len(triton), sorted(outcomes)
+    # the reference backend only where it can fail (0-size and non-contiguous cases), and its op items
+    assert len(triton) >= 30 and 0 < len(reference) < len(triton), sorted(outcomes)
+    assert all("=0" in k or k.endswith(("-padded]", "-strided]", "-transposed]", "-opcheck]", "-compile]"))
+               for k in reference), sorted(reference)
     assert len(triton) + len(reference) == len(outcomes), sorted(outcomes)  # no spec-error item
     # each case, and the op items (opcheck, compile) where the plugin makes them, fail at the TODO alone
     assert set(triton.values()) == {("failure", frozenset({TODO}))}, set(triton.values())

@@ -74,7 +74,7 @@ class OpCheckItem(pytest.Item):
         import traceback
 
         from harness.correctness.registry import CheckFailure
-        from harness.plugin.items import crash_text, reproduce
+        from harness.plugin.failures import crash_text, reproduce
 
         exc = excinfo.value
         if isinstance(exc, CheckFailure):

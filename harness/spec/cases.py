@@ -48,7 +48,7 @@ def read_cases(r: Reader, t: dict, layouts, specials: tuple[str, ...] = ()) -> t
         else:
             cases[tier] = ()
     if "cpu" not in t:
-        cases["cpu"] = _cpu_default(cases["ci"])
+        cases["cpu"] = _cpu_default(cases.get("ci", ()))
     for tier in BENCH_TIERS:
         headlines = [c for c in cases.get(tier, ()) if c.headline]
         if len(headlines) > 1:

@@ -9,16 +9,19 @@ from harness.importpath import resolve
 
 
 def use_interpreter_if_no_gpu() -> None:
-    """Set TRITON_INTERPRET=1 before any kernel module is imported when there is no GPU."""
-    if "TRITON_INTERPRET" in os.environ:
-        return
-    try:
-        import torch
-    except ModuleNotFoundError:  # no torch, no GPU: the kernel import that follows says what is missing
-        return
+    """Set TRITON_INTERPRET=1 before any kernel module is imported when there is no GPU, and then (also where
+    the caller set it) install the harness's compatibility layer over the interpreter (harness.interpreter)."""
+    if "TRITON_INTERPRET" not in os.environ:
+        try:
+            import torch
+        except ModuleNotFoundError:  # no torch, no GPU: the kernel import that follows says what is missing
+            return
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from harness.interpreter import install
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+        install()
 
 
 def module_available(name: str) -> bool:
