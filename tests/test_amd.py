@@ -18,8 +18,9 @@ from harness.aot import triton as aot
 from harness.cli.main import main
 from harness.report.matrix import static_matrix
 from harness.results.model import ArchRow
-from harness.spec.archs import ArchError, matrix_waiver, parse_arch, parse_rule, parse_targets
+from harness.spec.archs import ArchError, parse_arch, parse_rule, parse_targets
 from harness.spec.load import load as load_spec
+from harness.spec.waivers import matrix_waiver
 from harness.target import device as device_mod
 from harness.target.device import fake_device
 from harness.target.resolve import describe, resolve

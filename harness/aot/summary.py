@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.aot.triton import TableRow
-from harness.spec.archs import matrix_waiver
+from harness.spec.waivers import matrix_waiver
 
 MATRIX_SCHEMA = 1
 STATUSES = ("ok", "failed", "waived", "not applicable", "skipped")  # skipped: no nvcc on this machine

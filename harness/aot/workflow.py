@@ -35,9 +35,10 @@ from harness.aot.summary import (
 )
 from harness.aot.triton import TableRow, render_table, table_rows
 from harness.spec import select
-from harness.spec.archs import DEFAULT_ARCHS, ArchError, is_amd, matrix_waiver, parse_targets
+from harness.spec.archs import DEFAULT_ARCHS, ArchError, is_amd, parse_targets
 from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 from harness.spec.model import TIERS, Backend, Case, Spec
+from harness.spec.waivers import matrix_waiver
 from harness.steps import BadInput
 
 CUDA, TRITON = "cuda", "triton"

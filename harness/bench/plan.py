@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.results.model import ArchRow, Waiver
-from harness.spec.archs import BENCH_WAIVER
 from harness.spec.model import Case, Spec
-from harness.spec.waivers import spec_waivers
+from harness.spec.waivers import bench_waiver, spec_waivers
 from harness.target.device import Device
 from harness.target.providers import Provider, providers_for
 from harness.target.resolve import BackendStatus, resolve
@@ -37,7 +36,7 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str =
         arch_rows += arch_matrix_rows(statuses)
         waivers += spec_waivers(spec)
         provs = [p for p in providers_for(spec, device, statuses) if (not providers or p.name in providers)
-                 and BENCH_WAIVER + p.name not in spec.waivers]  # listed by spec_waivers, with the reason
+                 and bench_waiver(spec.waivers, p.name) is None]  # spec_waivers lists it, with the reason
         for p in provs:
             if not p.runnable:
                 waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", p.reason))

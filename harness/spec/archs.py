@@ -25,7 +25,7 @@ _RULE = re.compile(rf"^(>=|<=|>|<)?\s*(cpu|{_NAME})$")
 _RANGE = re.compile(rf"^({_NAME})\s*\.\.\s*({_NAME})$")
 VENDORS = {"cuda": "nvidia", "rocm": "amd"}  # vendor-wide rule -> the vendor it matches
 DEFAULT_ARCHS = ("sm_80", "sm_90", "sm_100", "gfx942", "gfx950")  # what `matrix` compiles for by default
-_EXPECTED = "cpu, sm_NN (e.g. sm_90 or sm_90a) or gfxNNN (e.g. gfx942)"
+EXPECTED = "cpu, sm_NN (e.g. sm_90 or sm_90a) or gfxNNN (e.g. gfx942)"
 
 
 class ArchError(ValueError):
@@ -56,7 +56,7 @@ def parse_arch(arch: str | int) -> Arch:
         return Arch(0, "", "amd", m.group(1))
     m = _ARCH.match(text)
     if not m:
-        raise ArchError(f"not an architecture: {arch!r} (expected {_EXPECTED})")
+        raise ArchError(f"not an architecture: {arch!r} (expected {EXPECTED})")
     return Arch(int(m.group(1)), m.group(2))
 
 
@@ -132,52 +132,3 @@ def parse_targets(items) -> tuple[str, ...]:
             if a.strip():
                 out.append(parse_arch(a).name)
     return tuple(dict.fromkeys(out))
-
-
-# A spec waives a matrix target with `[waive] "matrix.gfx950" = "reason"` (or `matrix.gfx950 = ...`, which TOML
-# reads as a `matrix` table): that target's compile problems are reported as waived, not failed. It waives a
-# baseline or peer in the benchmark with `"bench.torch.compile" = "reason"`: not timed, listed with its reason.
-MATRIX_WAIVER = "matrix."
-
-
-BENCH_WAIVER = "bench."
-BASELINES = ("reference", "torch.compile")  # the providers every kernel has besides its backends and peers
-
-
-def waive_items(table: dict) -> list[tuple[str, object]]:
-    """A spec's [waive] entries, dotted keys (`matrix.gfx950 = ...`, `bench.torch.compile = ...`, which TOML
-    reads as nested tables) flattened to one "matrix.gfx950" / "bench.torch.compile" key."""
-    def flat(key: str, value) -> list[tuple[str, object]]:
-        if not isinstance(value, dict):
-            return [(key, value)]
-        return [item for k, v in value.items() for item in flat(f"{key}.{k}", v)]
-
-    out: list[tuple[str, object]] = []
-    for key, value in table.items():
-        out += flat(key, value) if key + "." in (MATRIX_WAIVER, BENCH_WAIVER) else [(key, value)]
-    return out
-
-
-def matrix_waiver_problem(key: str) -> str:
-    """"" for a valid "matrix.<target>" waiver key (a target: sm_90, gfx950, or cuda/rocm for a vendor),
-    else what is wrong, in one line."""
-    target = key.removeprefix(MATRIX_WAIVER)
-    if target in VENDORS:
-        return ""
-    try:
-        parse_arch(target)
-    except ArchError:
-        return f"not a matrix target: {target!r} (expected {_EXPECTED}, or cuda or rocm for a whole vendor)"
-    return ""
-
-
-def matrix_waiver(waivers: dict[str, str], arch: str) -> str | None:
-    """The reason a spec waives `arch` in the matrix (by its name or its vendor), or None."""
-    name, vendor = parse_arch(arch).name, vendor_of(arch)
-    for key, reason in waivers.items():
-        if not key.startswith(MATRIX_WAIVER):
-            continue
-        target = key.removeprefix(MATRIX_WAIVER)
-        if VENDORS.get(target) == vendor or (target not in VENDORS and parse_arch(target).name == name):
-            return reason
-    return None

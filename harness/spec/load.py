@@ -14,22 +14,14 @@ import sys
 from pathlib import Path
 
 from harness.spec import expr as ex
-from harness.spec.archs import (
-    BASELINES,
-    BENCH_WAIVER,
-    MATRIX_WAIVER,
-    ArchError,
-    matrix_waiver_problem,
-    parse_rule,
-    waive_items,
-)
+from harness.spec.archs import ArchError, parse_rule
 from harness.spec.schema import Reader, SpecError, describe, did_you_mean, one_line
+from harness.spec.waivers import flat_waivers, key_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-from harness.spec.checks import WAIVABLE
 from harness.spec.model import (
     COMPUTE_PRECISIONS,
     DEFAULT_TOLERANCES,
@@ -152,17 +144,9 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         elif _is_table(r, t, f"tolerance.{d}"):
             tolerances[d] = _tolerance(r, f"tolerance.{d}", t, d)
     waivers = {}
-    for check, reason in waive_items(r.table(raw, "waive", "")):
-        if check.startswith(MATRIX_WAIVER) and matrix_waiver_problem(check):
-            r.problem(f"waive.{check}", matrix_waiver_problem(check))
-        elif check.startswith(BENCH_WAIVER) and check[len(BENCH_WAIVER):] not in BASELINES + tuple(peers):
-            provider, known = check[len(BENCH_WAIVER):], BASELINES + tuple(peers)
-            r.problem(f"waive.{check}", f"not a baseline or peer of this kernel: {provider!r} (one of "
-                                        f"{', '.join(known)}; its backends are always benchmarked)")
-        elif check not in WAIVABLE and not check.startswith((MATRIX_WAIVER, BENCH_WAIVER)):
-            r.problem(f"waive.{check}",
-                      f"not a waivable check{did_you_mean(check, WAIVABLE)} (one of {', '.join(WAIVABLE)}; "
-                      f"or matrix.<target>, e.g. matrix.gfx950; or bench.<baseline or peer>)")
+    for check, reason in flat_waivers(r.table(raw, "waive", "")):
+        if problem := key_problem(check, peers):
+            r.problem(f"waive.{check}", problem)
         elif not isinstance(reason, str) or not reason.strip():
             r.problem(f"waive.{check}", f"expected the reason as a non-empty string, got {describe(reason)}")
         else:
