@@ -5,6 +5,8 @@ run on the real workflows (no problem) and on a planted bad workflow (its proble
 - every nox session and harness command a workflow (or .ci/run) calls exists
 - a failing gate fails its job: no continue-on-error, no ``|| true``
 - no job on a self-hosted runner starts for a fork's pull request without the reviewed environment ``gpu-ci``
+  (a reusable workflow counts as one a pull request may call; a job on a runner its caller names either deploys
+  to ``gpu-ci`` or refuses a fork's pull request, first thing, on a runner that is not GitHub-hosted)
 - no job that checks out pull-request code holds a write permission or a secret; comment.yml runs nothing
 - least privilege and bounded runs: top-level ``permissions``, ``concurrency``, ``timeout-minutes`` on every job
 """
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 REVIEWED_ENV = "gpu-ci"
 FORK_TO_REVIEWED = re.compile(r"head\.repo\.full_name\s*!=\s*github\.repository\s*&&\s*'" + REVIEWED_ENV + "'")
+FORK_GUARD = re.compile(r"runner\.environment\s*!=\s*'github-hosted'.*head\.repo\.full_name\s*!=\s*github\.repository")
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 USES_LINE = re.compile(r"uses:\s*([^\s#]+)(\s*#\s*(\S+))?")
 
@@ -116,11 +119,19 @@ def _runner_labels(job: dict) -> list:
     if isinstance(runs_on, str) and "${{" in runs_on:
         matrix = (job.get("strategy") or {}).get("matrix") or {}
         key = re.search(r"matrix\.(\w+)", runs_on)
-        if not key:
-            return ["self-hosted"]  # an expression we cannot follow counts as a self-hosted runner
-        values = [row.get(key.group(1)) for row in matrix.get("include") or ()] + list(matrix.get(key.group(1)) or ())
+        listed = matrix.get(key.group(1)) if key else None
+        if not key or isinstance(listed, str):
+            return ["self-hosted"]  # an expression we cannot follow (a caller's input) counts as a self-hosted runner
+        values = [row.get(key.group(1)) for row in matrix.get("include") or ()] + list(listed or ())
         return [v for val in values for v in (val if isinstance(val, list) else [val])]
     return runs_on if isinstance(runs_on, list) else [runs_on]
+
+
+def _fork_guarded(job: dict) -> bool:
+    """The job's first step, before any checkout, fails a fork's pull request on a runner that is not
+    GitHub-hosted."""
+    first = (job.get("steps") or [{}])[0]
+    return bool(FORK_GUARD.search(str(first.get("if", "")))) and "exit 1" in str(first.get("run", ""))
 
 
 def fork_unsafe(doc: dict) -> list[str]:
@@ -133,8 +144,9 @@ def fork_unsafe(doc: dict) -> list[str]:
             problems.append(f"{name}: a self-hosted job in a workflow with base-repository privileges")
         env = job.get("environment")
         env = env.get("name") if isinstance(env, dict) else env
-        reviewed = env == REVIEWED_ENV or (isinstance(env, str) and FORK_TO_REVIEWED.search(env))
-        if "pull_request" in on and not reviewed:
+        reviewed = env == REVIEWED_ENV or (isinstance(env, str) and FORK_TO_REVIEWED.search(env)) \
+            or _fork_guarded(job)
+        if on & {"pull_request", "workflow_call"} and not reviewed:
             problems.append(f"{name}: runs on a self-hosted runner for a fork's pull request without the reviewed "
                             f"environment {REVIEWED_ENV!r} (environment: {env!r})")
     return problems
@@ -179,7 +191,7 @@ def all_problems(path: Path) -> list[str]:
 # ----------------------------------------------------------------------------- the real workflows
 
 def test_the_workflows_exist():
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gpu.yml", "comment.yml"}
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gpu.yml", "comment.yml", "kernel-harness.yml"}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -193,6 +205,22 @@ def test_gpu_workflow_runs_the_gate_and_its_verdict():
     assert "-m harness ci-gpu" in scripts and "-m harness ci-needs" in scripts and "-m harness affected" in scripts
     assert doc["jobs"]["gpu"]["strategy"]["fail-fast"] is False
     assert {"pull_request", "schedule", "workflow_dispatch"} <= triggers(doc)
+
+
+def test_reusable_workflow_for_other_repositories():
+    """kernel-harness.yml (docs/adopting.md): called, never triggered; the caller's settings come in as inputs and
+    reach the scripts through env only; the gpu jobs are gpu.yml's, the gate is the one check to require."""
+    doc = load(ROOT / ".github" / "workflows" / "kernel-harness.yml")
+    assert triggers(doc) == {"workflow_call"}
+    assert {"harness", "cpu-runner", "gpu-runners", "specs", "policy"} <= set(doc["on"]["workflow_call"]["inputs"])
+    assert not [r for r in runs(doc) if "${{" in r]  # no expression spliced into a script
+    jobs = doc["jobs"]
+    assert FORK_TO_REVIEWED.search(jobs["gpu"]["environment"]) and jobs["gpu"]["strategy"]["fail-fast"] is False
+    assert _fork_guarded(jobs["cpu"]) and _fork_guarded(jobs["plan"])
+    scripts = "\n".join(runs(doc))
+    for command in ("affected --base", "affected --all", "ci-gpu", "ci-needs", "validate"):
+        assert f"-m harness {command}" in scripts, command
+    assert set(jobs["gate"]["needs"]) == {"cpu", "plan", "gpu"} and jobs["gate"]["if"] == "always()"
 
 
 def test_ci_runs_the_ci_script():
@@ -248,6 +276,21 @@ def test_planted_step_problem_is_found(tmp_path, steps, expected):
 def test_planted_self_hosted_job_without_approval_is_found(tmp_path, extra):
     jobs = _job(GOOD_CHECKOUT, extra, runs_on="[self-hosted, linux, gpu, sm90]")
     assert any("without the reviewed environment" in p for p in all_problems(_plant(tmp_path, jobs)))
+
+
+def test_planted_reusable_workflow_on_callers_runners(tmp_path):
+    """A reusable workflow's job on runners its caller names is self-hosted until shown otherwise."""
+    def problems(jobs: str) -> list[str]:
+        return all_problems(_plant(tmp_path, jobs, on="workflow_call"))
+
+    matrix = "    strategy:\n      matrix:\n        runner: ${{ fromJSON(inputs.runners) }}\n"
+    unreviewed = "without the reviewed environment"
+    assert any(unreviewed in p for p in problems(_job(GOOD_CHECKOUT, matrix, runs_on="${{ matrix.runner }}")))
+    guard = ("      - if: runner.environment != 'github-hosted' && github.event_name == 'pull_request' && "
+             "github.event.pull_request.head.repo.full_name != github.repository\n        run: exit 1\n")
+    assert problems(_job(guard + GOOD_CHECKOUT, runs_on="${{ inputs.runner }}")) == []
+    late = _job(GOOD_CHECKOUT + guard, runs_on="${{ inputs.runner }}")  # after the checkout: too late
+    assert any(unreviewed in p for p in problems(late))
 
 
 def test_planted_self_hosted_matrix_job_is_followed(tmp_path):

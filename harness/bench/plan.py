@@ -73,13 +73,13 @@ def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:
     return rows
 
 
-DEFAULT_OUT_ROOT = Path("build") / "reports"  # ignored by git: a run never dirties the checkout
-
-
 def default_out_dir(device: Device) -> Path:
-    """``build/reports/<device>/`` (relative to where the command runs): a scratch folder that .gitignore
-    ignores, so a plain ``bench`` leaves ``git status`` clean. A report meant to be committed (reports/h200/)
-    is written there on purpose with ``--out``."""
+    """``<reports>/<device>/``, ``[tool.kernel-harness] reports`` (default ``build/reports``, relative to the
+    project's root, shown relative to where the command runs): a scratch folder that .gitignore ignores, so a
+    plain ``bench`` leaves ``git status`` clean. A report meant to be committed (reports/h200/) is written there
+    on purpose with ``--out``."""
+    from harness.config import load_config, shown
+
     slug = "".join(ch if ch.isalnum() else "-" for ch in device.name.lower()).strip("-")
     slug = slug.replace("nvidia-", "") or device.arch
-    return DEFAULT_OUT_ROOT / ("cpu" if device.arch == "cpu" else slug)
+    return Path(shown(load_config().reports)) / ("cpu" if device.arch == "cpu" else slug)

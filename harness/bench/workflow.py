@@ -27,7 +27,7 @@ CPU_SKIP = {"torch.compile": "the cpu tier: torch.compile's CPU code says nothin
 
 @dataclass(frozen=True)
 class BenchOptions:
-    specs_dir: str = "specs"
+    specs_dir: str | tuple[str, ...] = ()  # spec folder(s); (): the project's (harness.spec.select.spec_folders)
     kernels: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ()          # () means bf16 where the spec has it; ("all",) every dtype
     providers: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, comma_list, command, options
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, comma_list, command, options, specs_option
 
 
 def _bench_options(p) -> None:
@@ -25,7 +25,7 @@ def _bench_options(p) -> None:
     p.add_argument("--method", default="auto", choices=["auto", "cupti", "events", "host"])
     p.add_argument("--warm", action="store_true", help="no L2 flush between samples (hot cache)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    p.add_argument("--specs-dir", default="specs")
+    specs_option(p)
     p.add_argument("--refresh-ceilings", action="store_true",
                    help="measure the machine's ceilings again instead of using the cached ones (cached per device, "
                         "driver and torch in ~/.cache/kernel-harness; measure on an idle machine)")

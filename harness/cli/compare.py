@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from harness.cli.registry import comma_list, command, options
+from harness.cli.registry import comma_list, command, options, specs_option
 
 # ----------------------------------------------------------------------------- compare (stored runs)
 
@@ -21,8 +21,9 @@ def _compare_options(p) -> None:
     p.add_argument("--min-effect", help="relative minimum effect (0.05 = 5 %%) instead of the calibrated one")
     p.add_argument("--floor-us", help="absolute floor in microseconds instead of the calibrated one")
     p.add_argument("--provider", help="compare this provider of each case (default: each side's candidate)")
-    p.add_argument("--specs-dir", default="specs", help="specs whose [gate] rules apply (skipped if absent)")
-    p.add_argument("--calibration", help="gate calibration file (default: the one shipped with the harness)")
+    specs_option(p, "the spec folder whose specs' [gate] rules apply (a kernel without a spec there has none)")
+    p.add_argument("--calibration", help="gate calibration file (default: [tool.kernel-harness.gate] calibration, "
+                                         "else the one shipped with the harness)")
 
 
 @command("compare", "compare two stored results files case by case: the merge gate's verdicts, compare.md")

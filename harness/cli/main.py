@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from harness.cli.registry import COMMANDS, EXIT_BAD_INPUT, BadInput
+from harness.config import load_config, use_import_roots
 
 
 def _load_plugins() -> None:
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_fn, add, help_text) in COMMANDS.items():
         add(sub.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)
+    saved = list(sys.path)
     try:
+        # The project's import roots first on sys.path: `kernel-harness`, unlike `python -m harness`, does not
+        # put the cwd there, and a root may be a folder below it (src/).
+        use_import_roots(load_config())
         return COMMANDS[args.command][0](args)
     except BadInput as exc:
         print(str(exc), file=sys.stderr)
@@ -40,3 +45,5 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.path[:] = saved  # main() called in a process that goes on (a test) leaves its sys.path as it was

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, command, options
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, command, options, specs_option
 from harness.spec.archs import DEFAULT_ARCHS
 
 
@@ -18,7 +18,7 @@ def _options(p) -> None:
     p.add_argument("--kernel", action="append", default=[])
     p.add_argument("--arch", action="append", default=[],
                    help=f"targets, comma-separated (default: {','.join(DEFAULT_ARCHS)})")
-    p.add_argument("--specs-dir", default="specs")
+    specs_option(p)
     p.add_argument("--compile-waived", action="store_true",
                    help="also compile the targets a spec waives, listing their problems as waived")
     p.add_argument("--out", help="write the per kernel x target entries here (JSON; the report reads "
@@ -28,27 +28,12 @@ def _options(p) -> None:
                         "core; 1: one after the other in this process)")
 
 
-def meta_args(spec, case, dtype) -> dict:
-    """The case's arguments as meta tensors in the case's layout: shapes and strides, no memory.
-
-    Here, not in aot, because it builds them as correctness does, a package aot may not import."""
-    import torch
-
-    from harness.correctness.args import full_env, shape_of, strided_like, tensor_dtype
-
-    env = full_env(spec, case, dtype)
-    out = {}
-    for t in spec.tensors:
-        x = torch.empty(shape_of(t, env), dtype=tensor_dtype(t, dtype), device="meta")
-        out[t.name] = x if t.output or t.contiguous else strided_like(x, case.layout)
-    return {**out, **{n: p(env) for n, p in spec.params.items()}}
-
-
 @command("matrix", "compile every kernel for each target architecture (NVIDIA and AMD); print registers, spills, "
                    "shared memory / LDS, occupancy")
 @options(_options)
 def cmd_matrix(args) -> int:
     from harness.aot.workflow import STEPS, MatrixRun
+    from harness.correctness.args import meta_args
     from harness.results.io import atomic_write_text
     from harness.steps import execute
 

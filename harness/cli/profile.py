@@ -21,6 +21,7 @@ from harness.cli.registry import (
     load_specs,
     options,
     spec_paths,
+    specs_option,
 )
 
 LOG_TAIL = 40  # lines of ncu's own output shown when a profile fails; the whole of it is in ncu-<kernel>.log
@@ -40,7 +41,7 @@ def _options(p) -> None:
     p.add_argument("--ncu", help="the ncu executable (default: PATH, the CUDA toolkit, /opt/nvidia/nsight-compute)")
     p.add_argument("--ncu-arg", action="append", default=[],
                    help="one more ncu option (repeatable); the clocks are never changed (--clock-control none)")
-    p.add_argument("--specs-dir", default="specs")
+    specs_option(p)
 
 
 def _ceilings(args, out: Path, device):

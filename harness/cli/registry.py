@@ -4,6 +4,7 @@ from their homes (harness.spec.select, harness.steps) so a command module needs 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from harness.spec.select import load_specs, spec_paths  # noqa: F401 - the first steps of every command
@@ -26,3 +27,20 @@ def options(adder: Callable[[argparse.ArgumentParser], None]):
         fn.options = adder
         return fn
     return wrap
+
+
+class _SpecFolders(argparse.Action):
+    """``--specs DIR``, repeatable: the folders in order, as a tuple; the old name ``--specs-dir`` still works."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--specs-dir":
+            print("--specs-dir is deprecated: use --specs (the name pytest's option has)", file=sys.stderr)
+        setattr(namespace, self.dest, (*getattr(namespace, self.dest), values))
+
+
+def specs_option(p: argparse.ArgumentParser, help: str = "a spec folder") -> None:
+    """The one spec-folder option of every command, named as in pytest: ``args.specs_dir`` is a tuple, empty
+    when none was given (then harness.spec.select takes the project's, ``[tool.kernel-harness] specs``)."""
+    p.add_argument("--specs", "--specs-dir", dest="specs_dir", action=_SpecFolders, default=(), metavar="DIR",
+                   help=f"{help} (repeatable; default: [tool.kernel-harness] specs of pyproject.toml, else specs/; "
+                        "--specs-dir is its deprecated old name)")

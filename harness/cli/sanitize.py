@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, options, spec_paths
+from harness.cli.registry import EXIT_FAILED, EXIT_OK, BadInput, command, options, spec_paths, specs_option
 from harness.spec.model import RUN_TIERS
 from harness.target.tools import sanitizer
 
@@ -40,7 +40,7 @@ def _options(p) -> None:
     p.add_argument("--tier", default="ci", choices=sorted(RUN_TIERS), help="case tier (default ci: edge and ci cases)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per kernel and tool")
     p.add_argument("--log-dir", default=None, help="keep each kernel's full sanitizer output as <kernel>.<tool>.log")
-    p.add_argument("--specs-dir", default="specs")
+    specs_option(p)
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
 
 
@@ -113,7 +113,7 @@ def cmd_sanitize(args) -> int:
               f"(timeout {args.timeout:.0f} s)", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         cmd = [tool_path, "--tool", tool, "--error-exitcode", str(_EXIT_SANITIZER), "--target-processes", "all",
-               sys.executable, "-m", "pytest", "--specs", args.specs_dir, "--kernel", path.stem,
+               sys.executable, "-m", "pytest", "--specs", str(path.parent), "--kernel", path.stem,
                "--dtype", args.dtype, "--tier", args.tier, "-q", "-p", "no:cacheprovider", "--no-isolate",
                *args.pytest_args]
         text, code = run_sanitized(cmd, args.timeout)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from harness.cli.registry import EXIT_OK, BadInput, command, load_specs, options, spec_paths
+from harness.cli.registry import EXIT_OK, BadInput, command, load_specs, options, spec_paths, specs_option
 
 
 @command("validate", "check spec files; one line per problem, exit 2 on any")
-@options(lambda p: (p.add_argument("specs", nargs="*", help="spec files (default: specs/*.toml)"),
-                    p.add_argument("--specs-dir", default="specs")))
+@options(lambda p: (p.add_argument("specs", nargs="*", help="spec files (default: those of the spec folders)"),
+                    specs_option(p)))
 def cmd_validate(args) -> int:
     specs = load_specs(spec_paths(args.specs, args.specs_dir))
     for s in specs:
@@ -19,7 +19,7 @@ def cmd_validate(args) -> int:
 @command("resolve", "print which backend runs for each kernel on this (or another) architecture")
 @options(lambda p: (p.add_argument("--arch", help="pretend to be this architecture: cpu, sm_80, sm_90..."),
                     p.add_argument("--kernel", action="append", default=[]),
-                    p.add_argument("--specs-dir", default="specs")))
+                    specs_option(p)))
 def cmd_resolve(args) -> int:
     from harness.spec.archs import ArchError
     from harness.target.device import detect, fake_device

@@ -101,6 +101,17 @@ def make_args(spec: Spec, case: Case, dtype: str, device, seed: int, layout: str
     return Arguments(tensors, params, env, guards)
 
 
+def meta_args(spec: Spec, case: Case, dtype: str) -> dict:
+    """The case's arguments as meta tensors in the case's layout: shapes and strides, no memory (what the
+    ahead-of-time matrix records launches with; aot is handed this function, as it may not import correctness)."""
+    env = full_env(spec, case, dtype)
+    out = {}
+    for t in spec.tensors:
+        x = torch.empty(shape_of(t, env), dtype=tensor_dtype(t, dtype), device="meta")
+        out[t.name] = x if t.output or t.contiguous else strided_like(x, case.layout)
+    return {**out, **{n: p(env) for n, p in spec.params.items()}}
+
+
 def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) -> Arguments:
     """Copies of the arguments, each between fresh guard bands: in the same layouts (``layout=None``), or all
     in ``layout``; ``dtype_map`` re-types each tensor."""

@@ -1,11 +1,13 @@
 """A git ref's kernels and specs, importable beside the working tree's under a module root of their own.
 
-Both sides' kernel modules are called ``kernels.<name>``; to load both into one process, ``git archive REF``
-puts the base's ``kernels/`` and specs folder under ``<tmp>/kh_base_<sha>/``, and every reference to the
-``kernels`` package in them is rewritten to ``kh_base_<sha>.kernels``: import statements in the Python files
-(found with ``ast``, edited in place so line numbers, which Triton's source lookup relies on, stay put) and
-``module:function`` paths in the spec files. An import built from a string at run time
-(``importlib.import_module("kernels.x")``) is not rewritten: it would load the PR's module.
+Both sides' kernel modules have one name (``kernels.<name>``, or ``liger_kernel.ops.<name>``); to load both
+into one process, ``git archive REF`` puts the base's kernel folders (the project's ``[tool.kernel-harness]
+kernels``, each at its package's path below its import root) and its spec files under ``<tmp>/kh_base_<sha>/``,
+and every reference to a kernel folder's package in them is rewritten to ``kh_base_<sha>.<package>``: import
+statements in the Python files (found with ``ast``, edited in place so line numbers, which Triton's source
+lookup relies on, stay put) and ``module:function`` paths in the spec files. What the kernels import from
+outside their folders (``liger_kernel.utils``), and an import built from a string at run time
+(``importlib.import_module("kernels.x")``), is not rewritten: it loads the PR's module.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import io
 import re
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.config import Config, load_config
 
 
 class GitError(ValueError):
@@ -30,7 +35,7 @@ class BaseTree:
     sha: str
     package: str                  # the module root: kh_base_<sha12>
     root: str                     # the folder to put on sys.path
-    specs_dir: str                # the base's specs, import paths rewritten under ``package``
+    specs_dir: str                # the base's spec files (of every spec folder), import paths rewritten
     aa: bool                      # kernels and specs byte-identical to the working tree's
     spec_sha256: dict = field(default_factory=dict)   # spec file name -> SHA-256 at REF (before rewriting)
 
@@ -73,7 +78,8 @@ def rewrite_imports(source: bytes, package: str, prefix: str) -> bytes:
                     edits.append((alias.lineno - 1, alias.col_offset, prefix.encode() + b"."))
                     rebind |= alias.asname is None
             if rebind:  # ``import kernels.x`` binds ``kernels``; after the rewrite it would bind the root
-                edits.append((node.end_lineno - 1, node.end_col_offset, f"; {package} = {prefix}.{package}".encode()))
+                top = package.split(".")[0]
+                edits.append((node.end_lineno - 1, node.end_col_offset, f"; {top} = {prefix}.{top}".encode()))
     for i, col, text in sorted(edits, reverse=True):
         lines[i] = lines[i][:col] + text + lines[i][col:]
     return b"".join(lines)
@@ -93,48 +99,85 @@ def _files(folder: Path) -> dict[str, bytes]:
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
 
 
-def _extract(archive: bytes, dest: Path) -> None:
+def _extract(archive: bytes, dest: Path, moves: dict[str, str]) -> None:
+    """The archive's files below each key of ``moves`` (a repository-relative folder) extracted below its value
+    (a folder relative to ``dest``); every other member is skipped."""
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = []
+        for m in tar.getmembers():
+            for src, dst in sorted(moves.items(), key=lambda kv: -len(kv[0])):  # a folder inside another first
+                if m.name == src or m.name.startswith(src + "/"):
+                    m.name = dst + m.name[len(src):]
+                    members.append(m)
+                    break
         if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
+            tar.extractall(dest, members=members, filter="data")
         else:  # pragma: no cover  (Python < 3.12 without the filter backport; git archive holds plain files)
-            tar.extractall(dest)
+            tar.extractall(dest, members=members)
 
 
-def materialize(ref: str, repo: Path, dest: Path, specs_dir: Path, package: str = "kernels") -> BaseTree:
-    """``ref``'s ``package`` folder and ``specs_dir`` under ``dest/kh_base_<sha12>``, ready to import."""
+def _relative(folder: Path, repo: Path, what: str) -> str:
+    try:
+        return Path(folder).resolve().relative_to(repo).as_posix()
+    except ValueError:
+        raise GitError(f"{what} {folder}: outside the repository {repo}") from None
+
+
+def _spec_files(folders) -> dict[str, bytes]:
+    """The spec files of every folder by file name (a kernel's name is its spec file's, so names are unique)."""
+    out: dict[str, bytes] = {}
+    for folder in folders:
+        for rel, data in _files(Path(folder)).items():
+            out.setdefault(rel, data)
+    return out
+
+
+def materialize(ref: str, repo: Path, dest: Path, specs_dir: Path | Sequence[Path],
+                config: Config | None = None) -> BaseTree:
+    """``ref``'s kernel folders and spec folders under ``dest/kh_base_<sha12>``, ready to import: each kernel
+    folder at its package's path (``kh_base_<sha12>/liger_kernel/ops``), the spec files of every spec folder in
+    one folder. ``config``: the project's folders (default: the configuration ``repo`` is in)."""
     repo = repo.resolve()
+    config = config or load_config(repo)
     try:
         sha = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") if ref else ""
     except GitError:
         sha = ""
     if not sha:
         raise GitError(f"--against {ref!r}: not a commit in {repo}")
-    try:
-        specs_rel = specs_dir.resolve().relative_to(repo).as_posix()
-    except ValueError:
-        raise GitError(f"--specs-dir {specs_dir}: outside the repository {repo}") from None
-    wanted = [package, specs_rel]
-    present = git(repo, "ls-tree", "--name-only", sha, "--", *wanted).splitlines()
-    if package not in present:
-        raise GitError(f"--against {ref}: commit {sha[:12]} has no {package}/ folder")
+    spec_folders = [Path(specs_dir)] if isinstance(specs_dir, (str, Path)) else [Path(d) for d in specs_dir]
+    specs_rel = [_relative(d, repo, "--specs") for d in spec_folders]
+    packages = {_relative(k, repo, f"{config.where('kernels')}:"): config.package(k) for k in config.kernels}
+    present = set(git(repo, "ls-tree", "-d", "--name-only", sha, "--", *packages, *specs_rel).splitlines())
+    missing = [k for k in packages if k not in present]
+    if missing:
+        raise GitError(f"--against {ref}: commit {sha[:12]} has no {missing[0]}/ folder")
     root_name = f"kh_base_{sha[:12]}"
     top = dest / root_name
     top.mkdir(parents=True, exist_ok=True)
-    _extract(git(repo, "archive", "--format=tar", sha, "--", *present, binary=True), top)
+    moves = {rel: package.replace(".", "/") for rel, package in packages.items()}
+    moves.update({rel: specs_rel[0] for rel in specs_rel if rel in present})
+    _extract(git(repo, "archive", "--format=tar", sha, "--", *sorted(set(moves)), binary=True), top, moves)
     (top / "__init__.py").write_text('"""A base tree for the merge gate (git archive)."""\n')
-    base_kernels, base_specs = _files(top / package), _files(top / specs_rel)
-    aa = base_kernels == _files(repo / package) and base_specs == _files(repo / specs_rel)
-    for rel, data in base_kernels.items():
-        if rel.endswith(".py"):
-            try:
-                (top / package / rel).write_bytes(rewrite_imports(data, package, root_name))
-            except SyntaxError:
-                pass  # left as it is: importing it fails the same way on both sides' terms, as that case's error
+    base_specs = _files(top / specs_rel[0])
+    aa = base_specs == _spec_files(spec_folders) and all(
+        _files(top / moves[rel]) == _files(repo / rel) for rel in packages)
+    for package in packages.values():
+        for rel, data in _files(top / package.replace(".", "/")).items():
+            if rel.endswith(".py"):
+                path = top / package.replace(".", "/") / rel
+                try:
+                    for other in packages.values():
+                        data = rewrite_imports(data, other, root_name)
+                    path.write_bytes(data)
+                except SyntaxError:
+                    pass  # left as it is: importing it fails the same way on both sides' terms, as that case's error
     hashes = {}
     for rel, data in base_specs.items():
         if rel.endswith(".toml"):
             hashes[Path(rel).name] = hashlib.sha256(data).hexdigest()
-            (top / specs_rel / rel).write_text(rewrite_spec(data.decode("utf-8", "replace"), package, root_name),
-                                               encoding="utf-8")
-    return BaseTree(ref, sha, root_name, str(dest), str(top / specs_rel), aa, hashes)
+            text = data.decode("utf-8", "replace")
+            for package in packages.values():
+                text = rewrite_spec(text, package, root_name)
+            (top / specs_rel[0] / rel).write_text(text, encoding="utf-8")
+    return BaseTree(ref, sha, root_name, str(dest), str(top / specs_rel[0]), aa, hashes)

@@ -55,22 +55,24 @@ def _entry(doc: dict, key: str, path: Path) -> tuple[float, float] | None:
             _fraction(entry.get("floor_us"), f"{path}: {key}.floor_us", lo=0.0, hi=math.inf))
 
 
-def default_threshold(kind: str, path: Path | None = None) -> Threshold:
-    """The rule for every case whose spec sets none: calibrated when the file has it, else the policy."""
+def default_threshold(kind: str, path: Path | None = None, policy: float | None = None) -> Threshold:
+    """The rule for every case whose spec sets none: calibrated when the file has it, else the policy.
+    ``policy``: the project's own minimum effect (``[tool.kernel-harness.gate] min-effect``) in place of
+    POLICY_MIN_EFFECT."""
     path = CALIBRATION_FILE if path is None else Path(path)
     doc = _read(path, "gate calibration") if path.exists() else {}
     where = doc.get("provenance", {}).get("summary", str(path)) if isinstance(doc.get("provenance"), dict) \
         else str(path)
+    floor, named = (POLICY_MIN_EFFECT, "policy default") if policy is None else (policy, "the project's policy")
     in_process = _entry(doc, "in_process", path)
     if kind == IN_PROCESS:
         if in_process:
-            return Threshold(max(POLICY_MIN_EFFECT, in_process[0]), in_process[1],
-                             f"calibrated in-process A/A ({where})")
-        return Threshold(POLICY_MIN_EFFECT, 0.0, "policy default, not calibrated (run bench/gate_quality.py)")
+            return Threshold(max(floor, in_process[0]), in_process[1], f"calibrated in-process A/A ({where})")
+        return Threshold(floor, 0.0, f"{named}, not calibrated (run bench/gate_quality.py)")
     cross = _entry(doc, "cross_run", path)
     if cross:
-        return Threshold(max(POLICY_MIN_EFFECT, cross[0]), cross[1], f"calibrated cross-run A/A ({where})")
-    base = default_threshold(IN_PROCESS, path)
+        return Threshold(max(floor, cross[0]), cross[1], f"calibrated cross-run A/A ({where})")
+    base = default_threshold(IN_PROCESS, path, policy)
     return Threshold(base.relative, base.floor_us,
                      f"{base.source}; no cross-run calibration, so separate runs' drift may read as a change")
 

@@ -33,14 +33,14 @@ class CompareOptions:
     min_effect: str | None = None
     floor_us: str | None = None
     provider: str | None = None
-    specs_dir: str = "specs"
+    specs_dir: str | tuple[str, ...] = ()   # spec folder(s); (): the project's (harness.spec.select.spec_folders)
     calibration: str | None = None
 
 
 @dataclass(frozen=True)
 class AgainstOptions:
     against: str
-    specs_dir: str = "specs"
+    specs_dir: str | tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ()
     providers: tuple[str, ...] = ()
@@ -105,10 +105,13 @@ def read_noise(path) -> tuple[dict, tuple[str, ...]]:
 
 
 def _threshold(kind: str, calibration: str | None = None):
+    """The default rule: --calibration, else the project's gate policy (its calibration, its minimum effect)."""
+    from harness.config import load_config
     from harness.gate.calibration import CalibrationError, default_threshold
 
+    policy = load_config().gate
     try:
-        return default_threshold(kind, calibration)
+        return default_threshold(kind, calibration or policy.calibration, policy.min_effect)
     except CalibrationError as exc:
         raise BadInput(str(exc)) from None
 
@@ -143,16 +146,17 @@ def thresholds(run: GateRun) -> GateRun:
     return replace(run, threshold=threshold, rules=rules, noise=noise, notes=notes)
 
 
-def spec_rules(specs_dir: str, kernels, threshold) -> dict:
+def spec_rules(specs_dir, kernels, threshold) -> dict:
     """Each kernel's [gate] rule from its spec, where the spec is here and loads."""
     from harness.gate.calibration import for_spec
     from harness.spec.load import load
     from harness.spec.schema import SpecError
+    from harness.spec.select import spec_folders
 
-    rules = {}
+    rules, folders = {}, spec_folders(specs_dir)
     for k in sorted(kernels):
-        path = Path(specs_dir) / f"{k}.toml"
-        if path.is_file():
+        path = next((f / f"{k}.toml" for f in folders if (f / f"{k}.toml").is_file()), None)
+        if path is not None:
             try:
                 rules[k] = for_spec(threshold, load(path))
             except SpecError:
@@ -237,12 +241,15 @@ def configure(run: GateRun) -> GateRun:
 def materialize(run: GateRun) -> GateRun:
     """The base ref's kernels and specs in a temporary folder: a typo in the ref is one line, before any spec
     or kernel is imported."""
+    from harness.config import load_config
     from harness.gate.basetree import GitError, repo_root
     from harness.gate.basetree import materialize as take
+    from harness.spec.select import spec_folders
 
     tmp = run.stack.enter_context(tempfile.TemporaryDirectory(prefix="kh-gate-"))
     try:
-        base = take(run.options.against, repo_root(Path.cwd()), Path(tmp), Path(run.options.specs_dir))
+        base = take(run.options.against, repo_root(Path.cwd()), Path(tmp), spec_folders(run.options.specs_dir),
+                    load_config())
     except GitError as exc:
         raise BadInput(str(exc)) from None
     return replace(run, base=base)

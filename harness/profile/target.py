@@ -42,13 +42,19 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from harness.config import load_config, use_import_roots
     from harness.correctness.args import case_seed, make_args
     from harness.spec.load import load
     from harness.spec.schema import SpecError
+    from harness.steps import BadInput
     from harness.target.device import detect
 
     try:
+        use_import_roots(load_config())  # ncu starts this as a script: the project's kernels import as in bench
         spec = load(args.spec)
+    except BadInput as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
     except SpecError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return EXIT_BAD_INPUT

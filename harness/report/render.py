@@ -241,13 +241,20 @@ def _how_measured(results: Results) -> str:
     return " ".join(parts)
 
 
+# Which code a commit is of: the repository under test (where the command ran) or the harness that measured it.
+PROVENANCE_NOTES = {"git_commit": "the repository under test", "git_dirty": "the repository under test",
+                    "repository": "the repository under test", "harness_version": "the harness",
+                    "harness_commit": "the harness's own checkout"}
+
+
 def _flat_env(prefix: str, value, rows: list) -> None:
     if isinstance(value, dict) and value:
         for k, v in value.items():
             _flat_env(f"{prefix}.{k}" if prefix else str(k), v, rows)
     else:
         text = ", ".join(map(str, value)) if isinstance(value, list) else value
-        rows.append([code(prefix), cell(text)])
+        note = PROVENANCE_NOTES.get(prefix)
+        rows.append([code(prefix) + (f" ({note})" if note else ""), cell(text)])
 
 
 def _provenance(results: Results, results_name: str) -> dict:

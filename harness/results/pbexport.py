@@ -77,7 +77,7 @@ def to_pytest_benchmark(results: Results) -> dict:
         "time": None,
         "author_time": None,
         "dirty": bool(env.get("git_dirty")),
-        "project": "unknown",
+        "project": env.get("repository") or "unknown",
         "branch": "(unknown)",
     }
     return {

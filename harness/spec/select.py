@@ -4,23 +4,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.config import load_config, shown
 from harness.steps import BadInput
 
 
-def spec_paths(given, specs_dir: str | Path = "specs", kernels=()) -> list[Path]:
-    """The files named, else every ``*.toml`` of ``specs_dir`` (those of ``kernels`` only, when given)."""
+def spec_folders(specs_dir=None) -> tuple[Path, ...]:
+    """The spec folders: the one or several given, else the project's (``[tool.kernel-harness] specs``)."""
+    if isinstance(specs_dir, (str, Path)):
+        return (Path(specs_dir),)
+    if specs_dir:
+        return tuple(Path(d) for d in specs_dir)
+    return tuple(Path(shown(f)) for f in load_config().specs)  # as typed: the paths runs record stay short
+
+
+def spec_paths(given, specs_dir=None, kernels=()) -> list[Path]:
+    """The files named, else every ``*.toml`` of the spec folders (:func:`spec_folders`; those of ``kernels``
+    only, when given)."""
     if given:
         return [Path(p) for p in given]
-    specs_dir = Path(specs_dir)
-    paths = sorted(specs_dir.glob("*.toml"))
+    folders = spec_folders(specs_dir)
+    where = ", ".join(shown(f) for f in folders)
+    paths = [p for folder in folders for p in sorted(folder.glob("*.toml"))]
     if kernels:
         wanted = {k.strip() for item in kernels for k in str(item).split(",") if k.strip()}
         missing = wanted - {p.stem for p in paths}
         if missing:
-            raise BadInput(f"{specs_dir}: no spec for kernel(s) {', '.join(sorted(missing))}")
+            raise BadInput(f"{where}: no spec for kernel(s) {', '.join(sorted(missing))}")
         paths = [p for p in paths if p.stem in wanted]
     if not paths:
-        raise BadInput(f"{specs_dir}: no spec files (*.toml)")
+        raise BadInput(f"{where}: no spec files (*.toml)")
     return paths
 
 

@@ -3,6 +3,10 @@
 The bench runner calls :func:`collect_environment` at the start and at the end of a run, so clock
 and power readings (NVML, read-only) bracket the measurements. Anything that cannot be read is
 recorded as None or "unavailable: why", never guessed.
+
+``git_commit`` and ``git_dirty`` are the repository under test's: the one the command runs in, whose specs
+and kernels are measured. The harness itself is a dependency like torch: ``harness_version``, and
+``harness_commit`` only where it runs from a git checkout of its own (an editable install of this repository).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 import harness
 from harness.timing.clocks import nvml_snapshot
 
-_REPO = Path(__file__).resolve().parents[2]
+_HARNESS_SOURCE = Path(harness.__file__).resolve().parents[1]  # the folder holding the harness package
 
 
 def llc_bytes() -> int:
@@ -51,12 +55,33 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(*args: str) -> str | None:
+def _git(folder: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def repository(folder: Path | None = None) -> dict:
+    """The repository under test: ``folder``'s (default: the cwd's) git commit, whether tracked files differ
+    from it, and the name of its top folder; None for each where it is not in a git repository."""
+    folder = Path.cwd() if folder is None else folder
+    commit = _git(folder, "rev-parse", "HEAD")
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no") if commit else None
+    top = _git(folder, "rev-parse", "--show-toplevel") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status),
+            "repository": Path(top).name if top else None}
+
+
+def harness_provenance() -> dict:
+    """The harness's version, and its commit where it runs from a checkout of its own repository: installed
+    from a wheel it sits in site-packages, which may be inside another repository, whose commit is not its."""
+    out = {"harness_version": harness.__version__}
+    top = _git(_HARNESS_SOURCE, "rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == _HARNESS_SOURCE:
+        out["harness_commit"] = _git(_HARNESS_SOURCE, "rev-parse", "HEAD")
+    return out
 
 
 def _sha256(path) -> str:
@@ -115,8 +140,6 @@ def resolve_device(device) -> torch.device:
 
 def collect_environment(*, device=None, spec_paths: Iterable = (), seed: int = 0, timing=None) -> dict:
     dev = resolve_device(device)
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     env: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
@@ -125,10 +148,9 @@ def collect_environment(*, device=None, spec_paths: Iterable = (), seed: int = 0
         "torch": torch.__version__,
         "triton": _version("triton"),
         "numpy": _version("numpy"),
-        "harness": harness.__version__,
+        **harness_provenance(),
         "cuda_runtime": torch.version.cuda,
-        "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        **repository(),
         "seed": seed,
         "spec_sha256": {str(p): _sha256(p) for p in spec_paths},
         "cpu_model": cpu_model(),

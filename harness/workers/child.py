@@ -13,11 +13,9 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 
 from harness.importpath import resolve
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 # Texts that mean the CUDA context is gone (torch.AcceleratorError, formerly RuntimeError "CUDA error: ...").
 CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "AcceleratorError", "cudaErrorIllegalAddress",
                       "device-side assert", "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS")
@@ -40,9 +38,11 @@ def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | 
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=False)
     os.environ.update(env)  # before CUDA is initialised: it reads CUDA_VISIBLE_DEVICES once
-    for root in (os.getcwd(), REPO_ROOT):
-        if root not in sys.path:  # spawn copied the parent's sys.path; this makes kernels.*, tests.* importable
-            sys.path.append(root)  # even from a parent that found them through its rootdir or cwd
+    # spawn copied the parent's sys.path; the import roots (PYTHONPATH from the pool) and the cwd make the
+    # project's modules importable even from a parent that found them some other way (pytest's rootdir).
+    for root in [*os.environ.get("PYTHONPATH", "").split(os.pathsep), os.getcwd()]:
+        if root and root not in sys.path:
+            sys.path.append(root)
     _exit_with_parent(os.getppid(), log_path)
     try:
         if initializer:

@@ -398,8 +398,13 @@ def _remove(path: str) -> None:
 
 
 def _worker_env(device: str) -> dict:
-    """What the worker must see before it imports anything: its GPU and the interpreter switch."""
+    """What the worker must see before it imports anything: its GPU, the interpreter switch, and the project's
+    import roots (as PYTHONPATH, which the worker also puts on its sys.path: a task names its kernel by import
+    path, and the worker's children see them too)."""
+    from harness.config import load_config
+
     env = {k: os.environ[k] for k in ("TRITON_INTERPRET",) if k in os.environ}
+    env["PYTHONPATH"] = load_config().pythonpath(os.environ.get("PYTHONPATH"))
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
         visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
