@@ -58,6 +58,8 @@ import triton
 import triton.language as tl
 
 from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.int4_dequant import word_values
+from kernels.int4_gemv import GEMV_MAX_M, GemvConfig, gemv_config, int4_gemv_kernel
 from kernels.matmul import grouped_tile
 
 GROUP_SIZE = 128
@@ -185,14 +187,6 @@ def prune_configs(configs, named_args, **kwargs):
 
 
 @triton.jit
-def _round_to(x, IS_BF16: tl.constexpr):
-    """fp32 x rounded to the nearest bf16 (or fp16) value, kept in fp32: the interpreter's stand-in for a cast."""
-    if IS_BF16:
-        return round_to_bf16(x)
-    return x.to(tl.float16).to(tl.float32)
-
-
-@triton.jit
 def _dot_bytes(a, b, s, z, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IS_BF16: tl.constexpr,
                DEQUANT_F32: tl.constexpr):  # fmt: skip
     """acc + a @ dequant(b).T for a K block read as bytes b [BLOCK_N, BLOCK_K // 2] (any strides, any even K)."""
@@ -221,47 +215,6 @@ def _dot_bytes(a, b, s, z, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IS
     return tl.dot(a, tl.trans(w), acc)
 
 
-# Eight values of one 32-bit word of w (bytes 4u .. 4u + 3 of a row, little-endian: nibble i, bits 4i .. 4i + 3,
-# holds k = 8u + i) dequantised two at a time in packed 16-bit registers, as Marlin does: lop3 puts nibbles i and
-# i + 4 under the exponent of 2**E, one fma subtracts 2**E + z (exact), one fma multiplies by the scale (the one
-# rounding; + -0.0 keeps the product).
-# $0..$7: the values of k = 8u + 0..7; $8: the word; $9: the scale; $10: -(2**E + z). {MAGIC}/{ONE}: 2**E and 1.0
-# twice, in the activations' type.
-_WORD_ASM = """{
-.reg .b32 s2, z2, one, nz, magic, x, t;
-mov.b32 s2, {$9, $9};
-mov.b32 z2, {$10, $10};
-mov.b32 one, ONE;
-mov.b32 nz, 0x80008000;
-mov.b32 magic, MAGIC;
-lop3.b32 x, $8, 0x000F000F, magic, 0xEA;
-fma.rn.TYPE x, x, one, z2;
-fma.rn.TYPE x, x, s2, nz;
-mov.b32 {$0, $4}, x;
-shr.u32 t, $8, 4;
-lop3.b32 x, t, 0x000F000F, magic, 0xEA;
-fma.rn.TYPE x, x, one, z2;
-fma.rn.TYPE x, x, s2, nz;
-mov.b32 {$1, $5}, x;
-shr.u32 t, $8, 8;
-lop3.b32 x, t, 0x000F000F, magic, 0xEA;
-fma.rn.TYPE x, x, one, z2;
-fma.rn.TYPE x, x, s2, nz;
-mov.b32 {$2, $6}, x;
-shr.u32 t, $8, 12;
-lop3.b32 x, t, 0x000F000F, magic, 0xEA;
-fma.rn.TYPE x, x, one, z2;
-fma.rn.TYPE x, x, s2, nz;
-mov.b32 {$3, $7}, x;
-}"""
-_WORD_ASM_BF16 = tl.constexpr(
-    _WORD_ASM.replace("TYPE", "bf16x2").replace("ONE", "0x3F803F80").replace("MAGIC", "0x43004300")
-)
-_WORD_ASM_FP16 = tl.constexpr(
-    _WORD_ASM.replace("TYPE", "f16x2").replace("ONE", "0x3C003C00").replace("MAGIC", "0x64006400")
-)
-
-
 @triton.jit
 def _dot_words(a, b, s, z, acc, BLOCK_M: tl.constexpr, UNITS: tl.constexpr, IS_BF16: tl.constexpr,
                SWAP: tl.constexpr, EMULATE: tl.constexpr):  # fmt: skip
@@ -272,38 +225,10 @@ def _dot_words(a, b, s, z, acc, BLOCK_M: tl.constexpr, UNITS: tl.constexpr, IS_B
     else here: the pairing, a's split and the transposed tiles). Instead of interleaving the weight back into k
     order (register shuffles on the large operand), a's small tile is split the same way: the same products,
     summed in another order."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = word_values(
+        b, tl.broadcast_to(s[:, None], b.shape), tl.broadcast_to(z[:, None], b.shape), IS_BF16, EMULATE)
     if EMULATE:
-        sf = s.to(tl.float32)[:, None]
-        zf = z.to(tl.float32)[:, None]
-        w0 = _round_to(((b & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w1 = _round_to((((b >> 4) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w2 = _round_to((((b >> 8) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w3 = _round_to((((b >> 12) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w4 = _round_to((((b >> 16) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w5 = _round_to((((b >> 20) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w6 = _round_to((((b >> 24) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
-        w7 = _round_to((((b >> 28) & 0xF).to(tl.float32) - zf) * sf, IS_BF16)
         a = a.to(tl.float32)  # the interpreter's dot reads bf16 as raw bits; in fp32 the products are the same
-    elif IS_BF16:
-        nz = -(z.to(tl.bfloat16) + 128.0)
-        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-            _WORD_ASM_BF16,
-            "=h,=h,=h,=h,=h,=h,=h,=h,r,h,h",
-            [b, tl.broadcast_to(s[:, None], b.shape), tl.broadcast_to(nz[:, None], b.shape)],
-            dtype=(tl.bfloat16,) * 8,
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        nz = -(z.to(tl.float16) + 1024.0)
-        w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
-            _WORD_ASM_FP16,
-            "=h,=h,=h,=h,=h,=h,=h,=h,r,h,h",
-            [b, tl.broadcast_to(s[:, None], b.shape), tl.broadcast_to(nz[:, None], b.shape)],
-            dtype=(tl.float16,) * 8,
-            is_pure=True,
-            pack=1,
-        )
     # The asm leaves values i and i + 4 of a word in one 32-bit register: tile j (0..3) pairs them, its K index
     # 2u + h holding k = 8u + j + 4h, so those registers are already the pairs along K that a dot operand takes.
     # a[:, 8u + 4h + 2q + r] as [BLOCK_M, UNITS, h, q, r]: split r, then q; j = 2q + r.
@@ -485,11 +410,13 @@ def int4_matmul(
     split_k: int | None = None,
     words: bool | None = None,
     swap_min_m: int | None = None,
+    gemv: GemvConfig | bool | None = None,
 ) -> None:
     """Triton weight-only int4 GEMM ``c = a @ dequant(w).T``; any strides on every tensor.
 
     ``config``, ``split_k`` and ``words`` (tuning experiments: reports/h200/experiments/int4/int4_probe.py
-    --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
+    --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read; ``gemv``
+    forces the decode GEMV on (True, or its GemvConfig) or off (False) where w is read as words."""
     _check(a, w, scales, zeros, c)
     if a.dtype not in (torch.float16, torch.bfloat16) or scales.dtype != a.dtype or c.dtype != a.dtype:
         raise ValueError(
@@ -504,6 +431,10 @@ def int4_matmul(
         c.zero_()
         return
     interp = interpreted(a)
+    if (words if words is not None else _words_ok(w, k)) and gemv is not False and (gemv or m <= GEMV_MAX_M):
+        cfg = gemv if isinstance(gemv, GemvConfig) else gemv_config(m, n, k, sm_count(a.device), interp)
+        _launch_gemv(a, w, scales, zeros, c, cfg, interp)
+        return
     if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)
         split = 2 if m <= _DECODE_M and k > GROUP_SIZE else 1  # so that CPU runs check the split-K path too
@@ -515,11 +446,7 @@ def int4_matmul(
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
     ku_per_split = triton.cdiv(triton.cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
     split = triton.cdiv(k // unit, ku_per_split)
-    if split > 1:
-        out = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
-        out_strides = (out.stride(0), out.stride(1), out.stride(2))
-    else:
-        out, out_strides = c, (0, c.stride(0), c.stride(1))
+    out, out_strides = _workspace(split, c)
     wu = w.view(torch.int32) if words else w
     is_bf16 = a.dtype == torch.bfloat16
     args = (
@@ -571,9 +498,43 @@ def int4_matmul(
 
         _int4_matmul_autotuned[grid](*args, **flags)
     if split > 1:
-        _splitk_reduce_kernel[(triton.cdiv(m * n, _REDUCE_BLOCK),)](
-            out, c, m * n, n, out.stride(0), c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=_REDUCE_BLOCK,
-            RNE_BF16=rne, num_warps=2)  # fmt: skip
+        _reduce_splits(out, c, split)
+
+
+def _workspace(split: int, c: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Where a launch of ``split`` K ranges writes: c itself, or an fp32 partial per split (summed by
+    _splitk_reduce_kernel), and that tensor's (split, row, column) strides."""
+    if split == 1:
+        return c, (0, c.stride(0), c.stride(1))
+    out = torch.empty((split, *c.shape), dtype=torch.float32, device=c.device)
+    return out, (out.stride(0), out.stride(1), out.stride(2))
+
+
+def _reduce_splits(out: torch.Tensor, c: torch.Tensor, split: int) -> None:
+    m, n = c.shape
+    _splitk_reduce_kernel[(triton.cdiv(m * n, _REDUCE_BLOCK),)](
+        out, c, m * n, n, out.stride(0), c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=_REDUCE_BLOCK,
+        RNE_BF16=needs_bf16_rounding(c), num_warps=2)  # fmt: skip
+
+
+def _launch_gemv(a, w, scales, zeros, c, cfg: GemvConfig, interp: bool) -> None:
+    """The decode GEMV (kernels/int4_gemv.py) on w read as words: each split a whole number of groups."""
+    m, k = a.shape
+    n = w.shape[0]
+    ku = k // 8
+    ku_per_split = triton.cdiv(triton.cdiv(k, GROUP_SIZE), cfg.split_k) * (GROUP_SIZE // 8)
+    split = triton.cdiv(ku, ku_per_split)
+    out, out_strides = _workspace(split, c)
+    wu = w.view(torch.int32)
+    int4_gemv_kernel[(triton.cdiv(n, cfg.block_n), split)](
+        a, wu, scales, zeros, out, m, n, ku, ku_per_split,
+        a.stride(0), a.stride(1), wu.stride(0), wu.stride(1), scales.stride(0), scales.stride(1),
+        zeros.stride(0), zeros.stride(1), *out_strides,
+        BLOCK_M=max(triton.next_power_of_2(m), 1), BLOCK_N=cfg.block_n, IS_BF16=a.dtype == torch.bfloat16,
+        EMULATE=interp, RNE_BF16=needs_bf16_rounding(c) and split == 1,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+    if split > 1:
+        _reduce_splits(out, c, split)
 
 
 def unpack(w: torch.Tensor) -> torch.Tensor:
