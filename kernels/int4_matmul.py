@@ -59,7 +59,6 @@ import triton.language as tl
 
 from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
 from kernels.int4_dequant import word_values
-from kernels.int4_gemv import GEMV_MAX_M, GemvConfig, gemv_config, int4_gemv_kernel
 from kernels.matmul import grouped_tile
 
 GROUP_SIZE = 128
@@ -410,13 +409,11 @@ def int4_matmul(
     split_k: int | None = None,
     words: bool | None = None,
     swap_min_m: int | None = None,
-    gemv: GemvConfig | bool | None = None,
 ) -> None:
     """Triton weight-only int4 GEMM ``c = a @ dequant(w).T``; any strides on every tensor.
 
     ``config``, ``split_k`` and ``words`` (tuning experiments: reports/h200/experiments/int4/int4_probe.py
-    --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read; ``gemv``
-    forces the decode GEMV on (True, or its GemvConfig) or off (False) where w is read as words."""
+    --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
     _check(a, w, scales, zeros, c)
     if a.dtype not in (torch.float16, torch.bfloat16) or scales.dtype != a.dtype or c.dtype != a.dtype:
         raise ValueError(
@@ -431,10 +428,6 @@ def int4_matmul(
         c.zero_()
         return
     interp = interpreted(a)
-    if (words if words is not None else _words_ok(w, k)) and gemv is not False and (gemv or m <= GEMV_MAX_M):
-        cfg = gemv if isinstance(gemv, GemvConfig) else gemv_config(m, n, k, sm_count(a.device), interp)
-        _launch_gemv(a, w, scales, zeros, c, cfg, interp)
-        return
     if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)
         split = 2 if m <= _DECODE_M and k > GROUP_SIZE else 1  # so that CPU runs check the split-K path too
@@ -515,26 +508,6 @@ def _reduce_splits(out: torch.Tensor, c: torch.Tensor, split: int) -> None:
     _splitk_reduce_kernel[(triton.cdiv(m * n, _REDUCE_BLOCK),)](
         out, c, m * n, n, out.stride(0), c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=_REDUCE_BLOCK,
         RNE_BF16=needs_bf16_rounding(c), num_warps=2)  # fmt: skip
-
-
-def _launch_gemv(a, w, scales, zeros, c, cfg: GemvConfig, interp: bool) -> None:
-    """The decode GEMV (kernels/int4_gemv.py) on w read as words: each split a whole number of groups."""
-    m, k = a.shape
-    n = w.shape[0]
-    ku = k // 8
-    ku_per_split = triton.cdiv(triton.cdiv(k, GROUP_SIZE), cfg.split_k) * (GROUP_SIZE // 8)
-    split = triton.cdiv(ku, ku_per_split)
-    out, out_strides = _workspace(split, c)
-    wu = w.view(torch.int32)
-    int4_gemv_kernel[(triton.cdiv(n, cfg.block_n), split)](
-        a, wu, scales, zeros, out, m, n, ku, ku_per_split,
-        a.stride(0), a.stride(1), wu.stride(0), wu.stride(1), scales.stride(0), scales.stride(1),
-        zeros.stride(0), zeros.stride(1), *out_strides,
-        BLOCK_M=max(triton.next_power_of_2(m), 1), BLOCK_N=cfg.block_n, IS_BF16=a.dtype == torch.bfloat16,
-        EMULATE=interp, RNE_BF16=needs_bf16_rounding(c) and split == 1,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
-    if split > 1:
-        _reduce_splits(out, c, split)
 
 
 def unpack(w: torch.Tensor) -> torch.Tensor:

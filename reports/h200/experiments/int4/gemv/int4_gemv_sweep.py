@@ -1,14 +1,17 @@
-"""The int4 decode GEMV (kernels/int4_gemv.py) on a GPU: right, and which launch configuration at which M.
+"""The int4 decode GEMV experiment (int4_gemv.py here) on a GPU: right, and which launch configuration at which M.
 
-1. Correctness of the GEMV against ``int4_matmul_ref`` (the spec's tolerance), bitwise repeatable, at M = 1..4 and
+1. Correctness of the GEMV against ``int4_matmul_ref`` (the spec's tolerance), bitwise repeatable, at M = 1 and
    at shapes with a partial last group and a ragged N.
-2. A sweep of GemvConfig (block_n x split_k x num_warps x num_stages) at M in {1, 2, 4, 8, 16} and
-   (N, K) in {(4096, 4096), (4096, 14336), (14336, 4096)}, against the tile kernel (autotuned, GEMV off) and
-   bf16 ``F.linear`` on the resident weight, timed with harness.timing.engine.measure (events behind a spin
-   kernel, L2 flushed before each sample).
-3. The shipped heuristic (``gemv_config``) at the same shapes, so its loss against the sweep's best is on record.
+2. A sweep of GemvConfig (block_n x split_k x num_warps x num_stages) at M = 1 and (N, K) in {(4096, 4096),
+   (4096, 14336), (14336, 4096)}, against the shipped tile kernel (kernels/int4_matmul.py, autotuned) and bf16
+   ``F.linear`` on the resident weight, timed with harness.timing.engine.measure (events behind a spin kernel, L2
+   flushed before each sample).
+3. The heuristic ``gemv_config`` at the same shapes, so its loss against the sweep's best is on record.
 
-Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/int4_gemv_sweep.py --out DIR``
+int4_gemv_sweep-1.log/.json are the first version's run (commit 1ff8b2e, M = 1 to 16; int4_gemv.py says what
+changed since).
+
+Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/gemv/int4_gemv_sweep.py --out DIR``
 (writes DIR/int4_gemv_sweep.json; each case in its own try/except).
 """
 
@@ -27,25 +30,40 @@ import triton
 
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from int4_probe import SWEEP_TIMING, TIMING, check, dense_bytes, int4_bytes, make_inputs, median_us  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import int4_gemv as gv  # noqa: E402
+from int4_probe import DTYPES, SWEEP_TIMING, TIMING, dense_bytes, int4_bytes, make_inputs, median_us  # noqa: E402
 
+from harness.correctness.numerics import mismatch  # noqa: E402
 from harness.spec.load import load as load_spec  # noqa: E402
-from kernels import int4_gemv as gv  # noqa: E402
+from harness.spec.model import Case  # noqa: E402
 from kernels import int4_matmul as q4  # noqa: E402
 from kernels.common import sm_count  # noqa: E402
 
 NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
-MS = (1, 2, 4, 8, 16)
-CHECKS = ((1, 4096, 4096), (2, 5003, 4104), (3, 4096, 14336), (4, 14336, 4096), (1, 33, 136), (4, 1, 8))
-GRID = dict(block_n=(16, 32, 64, 128), split_k=(1, 2, 4, 8, 16), num_warps=(2, 4, 8), num_stages=(2, 3))
-MAX_ACC_PER_THREAD = 128  # fp32 accumulator elements a thread holds (BLOCK_M x block_n x 16 / threads): more spills
+MS = (1,)  # the first sweep (gemv/int4_gemv_sweep-1.log) measured M = 1..16: the tile kernel won from M = 2
+CHECKS = ((1, 4096, 4096), (1, 5003, 4104), (1, 4096, 14336), (1, 14336, 4096), (1, 33, 136), (1, 1, 8))
+GRID = dict(block_n=(16, 32, 64, 128), split_k=(2, 4, 8, 16), num_warps=(1, 2, 4), num_stages=(1,))
+MAX_ACC_PER_THREAD = 128  # fp32 accumulator elements a thread holds (block_n x 16 / threads): more spills
 
 
 def gemv_check(spec, m, n, k, dtype_name) -> dict:
-    rec = check(spec, m, n, k, dtype_name)  # the launcher's default path: the GEMV where m <= GEMV_MAX_M
-    rec["path"] = "gemv" if m <= gv.GEMV_MAX_M else "tile"
-    rec["gemv_config"] = str(gv.gemv_config(m, n, k, sm_count(torch.device("cuda")), False))
-    return rec
+    """The GEMV against int4_matmul_ref with the spec's tolerance, and a second call bitwise equal."""
+    dtype = DTYPES[dtype_name]
+    a, w, s, z = make_inputs(m, n, k, dtype)
+    c = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c)
+    again = torch.full_like(c, float("inf"))
+    gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=again)
+    ref = torch.empty_like(c)
+    q4.int4_matmul_ref(a=a, w=w, scales=s, zeros=z, c=ref)
+    torch.cuda.synchronize()
+    tol = spec.tolerance(dtype_name, "c", Case("full", (("M", m), ("N", n), ("K", k))))
+    problem = mismatch(c, ref, tol)
+    return {"M": m, "N": n, "K": k, "dtype": dtype_name, "ok": problem is None, "problem": problem,
+            "max_abs_err": float((c.double() - ref.double()).abs().max()),
+            "deterministic": bool(torch.equal(c.view(torch.int16), again.view(torch.int16))),
+            "config": str(gv.gemv_config(m, n, k, sm_count(a.device), False))}
 
 
 def sweep_shape(m, n, k) -> dict:
@@ -54,18 +72,18 @@ def sweep_shape(m, n, k) -> dict:
     w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
     rec = {"M": m, "N": n, "K": k, "int4_bytes": int4_bytes(m, n, k), "bf16_bytes": dense_bytes(m, n, k)}
     rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
-    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c, gemv=False), TIMING)
+    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c), TIMING)
     shipped = gv.gemv_config(m, n, k, sm_count(a.device), False)
     rec["shipped_config"] = str(shipped)
-    rec["shipped_gemv_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c, gemv=shipped),
+    rec["shipped_gemv_us"], _ = median_us(lambda: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=shipped),
                                           TIMING)
     rows = []
     for bn, sk, nw, ns in itertools.product(*GRID.values()):
         cfg = gv.GemvConfig(bn, sk, nw, ns)
-        if triton.next_power_of_2(m) * bn * 16 / (32 * nw) > MAX_ACC_PER_THREAD:
+        if bn * 16 / (32 * nw) > MAX_ACC_PER_THREAD:
             continue
         try:
-            us, _ = median_us(lambda cfg=cfg: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c, gemv=cfg),
+            us, _ = median_us(lambda cfg=cfg: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
                               SWEEP_TIMING)
             rows.append({"config": [bn, sk, nw, ns], "us": us})
         except Exception as exc:  # noqa: BLE001 - one config's failure is a row
@@ -76,7 +94,7 @@ def sweep_shape(m, n, k) -> dict:
     rec["best"] = best
     if best:
         cfg = gv.GemvConfig(*best["config"])
-        rec["best_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c, gemv=cfg), TIMING)
+        rec["best_us"], _ = median_us(lambda: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg), TIMING)
     for key in ("tile_us", "shipped_gemv_us", "best_us"):
         if rec.get(key):
             rec[key.replace("_us", "_speedup")] = rec["bf16_us"] / rec[key]
