@@ -13,6 +13,10 @@
 #             harness's own tests that need a GPU (the planted clock-fooling launchers among them)
 #   clock     a bench of three kernels (the timed calls re-checked), then bench/clock_prs.sh: the gate's A/A run
 #             and the two pull requests that fooled the clock (result replay, a side stream)
+#   liger     examples/liger on the GPU (liger-kernel from .whl/, carried: ../shared/device/fetch-wheels.sh
+#             liger-kernel==0.8.5): its generated tests at the full tier, its benchmark, its sm_90 matrix;
+#             commit what comes back under reports/h200-liger/
+#   int4      reports/h200/experiments/int4/gemv/int4_gemv_sweep.py: the decode GEMV experiment at M = 1
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -98,6 +102,27 @@ case "$what" in
     ;;
   profile)
     bash bench/profile_gpu.sh "$@"
+    ;;
+  liger)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
+      || { echo "liger: no .whl/liger_kernel-*.whl carried"; exit 1; }
+    export PYTHONPATH=/tmp/site
+    python3 -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
+      | tee "$OUT/liger-version.txt"
+    cd examples/liger || exit 1
+    start=$SECONDS
+    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -rxfE -p no:cacheprovider --tier full \
+      --junitxml "$OUT/pytest-full.xml" 2>&1 | tee "$OUT/pytest-full.log" | grep -vE '^[.sxXF]+( |$)' | tail -40
+    echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full.log"
+    start=$SECONDS
+    timeout "${BENCH_TIMEOUT:-240}" python3 -m harness bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -30
+    echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
+    timeout 120 python3 -m harness matrix --arch sm_90 --out "$OUT/matrix.json" > "$OUT/matrix.log" 2>&1
+    echo "matrix: exit $?"; tail -3 "$OUT/matrix.log"
+    ;;
+  int4)
+    timeout "${PROBE_TIMEOUT:-400}" python3 reports/h200/experiments/int4/gemv/int4_gemv_sweep.py --out "$OUT" 2>&1 \
+      | tee "$OUT/int4_gemv_sweep.log" | cut -c1-700
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
