@@ -23,6 +23,34 @@ TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
 ALL_LAYOUTS = '["padded", "strided", "transposed"]'
 
 
+# The kernel module and spec of the gate's throwaway repositories (tests/test_gate_ab.py, tests/redteam): plain
+# torch, with the template's kernel renamed tiny and a `fast` peer the CPU gate can time.
+TINY_FILES = {"kernels/__init__.py": '"""tiny kernels"""\n', "kernels/helpers.py": "FACTOR = 2.0\n",
+              "kernels/tiny.py": '''import torch
+
+from kernels.helpers import FACTOR
+
+
+def scale_ref(*, x, w, out):
+    acc = torch.promote_types(x.dtype, torch.float32)
+    out.copy_(x.to(acc) * w.to(acc) * FACTOR)
+
+
+def scale_fast(*, x, w, out):
+    out.copy_(x * w * FACTOR)
+'''}
+
+
+def tiny_spec(bench: str = "rows = 64\ncols = 256", extra: str = "") -> str:
+    """specs/tiny.toml for TINY_FILES: one bench case (``bench``: its symbols as TOML lines), then ``extra``."""
+    text = TEMPLATE.read_text()
+    for old, new in (('name = "scale"', 'name = "tiny"'), ("{impl}", "kernels.tiny:scale_fast"),
+                     ("{layouts}", '["padded"]'), ("tests.planted.broken_kernels:scale_ref", "kernels.tiny:scale_ref")):
+        assert old in text, f"{TEMPLATE} changed: no {old!r}"
+        text = text.replace(old, new)
+    return text + f'\n[peers.fast]\nimpl = "kernels.tiny:scale_fast"\n\n[[cases.bench]]\n{bench}\n' + extra
+
+
 def write_spec(directory: Path, name: str, impl: str, *, timeout: float | None = None, extra: str = "",
                layouts: str = ALL_LAYOUTS) -> Path:
     """``directory/name.toml`` from the template: kernel ``name``, triton backend ``impl``, ``extra`` appended."""

@@ -101,15 +101,15 @@ def test_a_replaying_launcher_passes_one_call_but_its_timed_calls_are_wrong(tmp_
 
 
 def test_the_correct_provider_is_timed_with_its_outputs_rechecked(tmp_path, monkeypatch):
+    from harness.bench.recheck import ProbedCheck
     from harness.bench.run import run_job
-    from harness.correctness import checks
     from harness.correctness.checks import ReferenceCache
     from harness.timing.engine import TimingConfig
 
     calls = {"before": 0, "verify": 0}
-    for name in calls:
-        real = getattr(checks.TimedCheck, name)
-        monkeypatch.setattr(checks.TimedCheck, name, lambda self, _real=real, _n=name: (
+    for name in calls:  # what the engine calls: the re-check of timed outputs, with its probes of new values
+        real = getattr(ProbedCheck, name)
+        monkeypatch.setattr(ProbedCheck, name, lambda self, _real=real, _n=name: (
             calls.__setitem__(_n, calls[_n] + 1), _real(self))[1])
     job = _job(tmp_path, "tests.planted.broken_kernels:scale")
     result = run_job(job, detect(), None, TimingConfig(timeout_s=1.0, min_time_s=0.01), ReferenceCache())

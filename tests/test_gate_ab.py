@@ -12,27 +12,16 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.cli.main import main
 from harness.gate.basetree import materialize, rewrite_imports, rewrite_spec
-from tests.e2e import REPO, TEMPLATE
+from tests.e2e import REPO, TINY_FILES, tiny_spec
 
-TINY = '''import torch
-
-from kernels.helpers import FACTOR
-
-
-def scale_ref(*, x, w, out):
-    acc = torch.promote_types(x.dtype, torch.float32)
-    out.copy_(x.to(acc) * w.to(acc) * FACTOR)
-
-
-def scale_fast(*, x, w, out):
-    out.copy_(x * w * FACTOR)
-'''
+TINY = TINY_FILES["kernels/tiny.py"]
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
 
@@ -44,20 +33,10 @@ def _git(repo: Path, *args: str) -> None:
 @pytest.fixture
 def tiny_repo(tmp_path) -> Path:
     repo = tmp_path / "repo"
-    (repo / "kernels").mkdir(parents=True)
-    (repo / "specs").mkdir()
-    (repo / "kernels" / "__init__.py").write_text('"""tiny kernels"""\n')
-    (repo / "kernels" / "helpers.py").write_text("FACTOR = 2.0\n")
-    (repo / "kernels" / "tiny.py").write_text(TINY)
-    spec = TEMPLATE.read_text()
-    for old, new in (('name = "scale"', 'name = "tiny"'), ("{impl}", "kernels.tiny:scale_fast"),
-                     ("{layouts}", '["padded"]'),
-                     ("tests.planted.broken_kernels:scale_ref", "kernels.tiny:scale_ref")):
-        assert old in spec, f"{TEMPLATE} changed: no {old!r}"
-        spec = spec.replace(old, new)
-    spec += ('\n[peers.fast]\nimpl = "kernels.tiny:scale_fast"\n\n[[cases.bench]]\nrows = 64\ncols = 256\n\n'
-             '[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n')
-    (repo / "specs" / "tiny.toml").write_text(spec)
+    rule = '\n[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n'
+    for rel, text in {**TINY_FILES, "specs/tiny.toml": tiny_spec(extra=rule)}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "tiny")
@@ -158,3 +137,27 @@ def test_pool_runs_every_task_of_an_affinity_on_one_worker():
             slots.setdefault(tasks[i].affinity, set()).add(outcome.worker_pid)
     assert all(len(pids) == 1 for pids in slots.values()), slots
     assert len(set().union(*slots.values())) == 2   # the groups still spread over both workers
+
+
+def test_gate_flags_a_pr_time_beyond_the_roofline(tmp_path):
+    """On cold GPU timing the gate's record turns a PR time faster than the measured roof (beyond the interval of
+    its median) into WRONG; the base's time is only reported. The roofline model is the spec given (the base's)."""
+    from harness.gate.ab import record
+    from harness.spec.load import load
+    from tests.e2e import write_spec
+
+    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale"))
+    case_id = spec.cases["ci"][0].id
+    spec = replace(spec, cases={**spec.cases, "bench": spec.cases["ci"]})
+    ceilings = {"bandwidth_gbps": {"copy": 1000.0}, "copy_gbps": 1000.0, "matmul_tflops": {}}
+    # 16 x 128 fp32 x and out plus 128 w: 16.9 KB, 16.9 ns at 1 TB/s; 100 blocks of a 1 ns PR time
+    d = dict(kernel="scale", dtype="fp32", case_id=case_id, shape={}, headline=False, verdict="FASTER", reason="",
+             base_provider="triton", pr_provider="triton", base_median_us=0.02, pr_median_us=0.001, ratio=0.05,
+             ratio_lo=0.04, ratio_hi=0.06, effect=0.03, threshold=None, noise=None, base_spread=None, pr_spread=None,
+             blocks=10, stop="decided", dropped=0, gpu_index=0, gpu_uuid=None, wall_s=1.0,
+             base_blocks_us=[[0.02] * 10] * 10, pr_blocks_us=[[0.001] * 10] * 10, method="events")
+    flagged = record(d, spec, ceilings, judge_plausible=True)
+    assert flagged.verdict == "WRONG" and flagged.reason.startswith("PR triton: implausible:")
+    assert record(d, spec, ceilings, judge_plausible=False).verdict == "FASTER"  # warm or host timing: no judgement
+    honest = record({**d, "pr_median_us": 0.05, "pr_blocks_us": [[0.05] * 10] * 10}, spec, ceilings, True)
+    assert honest.verdict == "FASTER" and honest.pr_pct_roofline < 100

@@ -29,8 +29,9 @@ def _options(stored, tmp_path, **kw):
 
 def test_step_lists():
     assert [s.__name__ for s in wf.COMPARE_STEPS] == ["load_runs", "thresholds", "compare", "write"]
-    assert [s.__name__ for s in wf.AGAINST_STEPS] == ["configure", "materialize", "load_sides", "pair",
-                                                      "measure_machine", "time_pairs", "judge", "write"]
+    assert [s.__name__ for s in wf.AGAINST_STEPS] == ["configure", "materialize", "take_candidate", "load_sides",
+                                                      "review_policy", "scan_kernels", "pair", "measure_machine",
+                                                      "time_pairs", "judge", "write"]
 
 
 def test_load_runs(stored, tmp_path):
@@ -80,9 +81,8 @@ def test_configure_refuses_cupti_and_reads_noise(tmp_path):
         wf.configure(wf.GateRun(wf.AgainstOptions(against="HEAD", noise=str(tmp_path / "none.json"))))
 
 
-def test_materialize_takes_the_ref_or_says_in_one_line_why_not(tmp_path, monkeypatch):
-    import contextlib
-
+def _one_commit_repo(tmp_path):
+    """A git repository of one commit holding an empty kernels/ package and specs/ folder."""
     repo = tmp_path / "repo"
     (repo / "kernels").mkdir(parents=True)
     (repo / "specs").mkdir()
@@ -91,7 +91,13 @@ def test_materialize_takes_the_ref_or_says_in_one_line_why_not(tmp_path, monkeyp
            "GIT_COMMITTER_EMAIL": "t@t"}
     for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "x"]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
-    monkeypatch.chdir(repo)
+    return repo
+
+
+def test_materialize_takes_the_ref_or_says_in_one_line_why_not(tmp_path, monkeypatch):
+    import contextlib
+
+    monkeypatch.chdir(_one_commit_repo(tmp_path))
     with contextlib.ExitStack() as stack:
         run = wf.materialize(wf.GateRun(wf.AgainstOptions(against="HEAD"), stack=stack))
         assert os.path.isdir(run.base.root)
@@ -104,3 +110,47 @@ def test_pair_says_why_there_is_nothing_to_compare():
     run = wf.GateRun(wf.AgainstOptions(against="HEAD"), plan=ABPlan((), (), (), ("k: no common bench case",)))
     with pytest.raises(BadInput, match="nothing to compare .k: no common bench case"):
         wf.pair(run)
+
+
+def test_candidate_runs_only_in_workers_and_its_ref_is_checked(tmp_path, monkeypatch):
+    import contextlib
+
+    with pytest.raises(BadInput, match="--candidate --no-isolate: a pull request's kernels run only in worker"):
+        wf.configure(wf.GateRun(wf.AgainstOptions(against="HEAD", candidate="HEAD", isolate=False)))
+    run = wf.configure(wf.GateRun(wf.AgainstOptions(against="HEAD", candidate="HEAD", out=str(tmp_path))))
+    assert wf._isolate(replace(run, candidate=object()))
+    assert wf._isolate(run) and not wf._isolate(replace(run, options=replace(run.options, isolate=False)))
+    monkeypatch.chdir(_one_commit_repo(tmp_path))
+    with contextlib.ExitStack() as stack:
+        run = wf.materialize(wf.GateRun(wf.AgainstOptions(against="HEAD", candidate="HEAD"), stack=stack))
+        pr = wf.take_candidate(run)
+        assert pr.candidate.package.startswith("kh_pr_") and pr.base.aa and pr.candidate.sha == pr.base.sha
+        assert wf.take_candidate(replace(run, options=replace(run.options, candidate=None))).candidate is None
+        with pytest.raises(BadInput, match="^--candidate 'nope': not a commit in "):
+            wf.take_candidate(replace(run, options=replace(run.options, candidate="nope")))
+
+
+def test_review_policy_and_scan_kernels_read_both_sides_as_data(tmp_path, monkeypatch):
+    import contextlib
+    import sys
+
+    from tests.e2e import TINY_FILES, tiny_spec
+
+    repo = _one_commit_repo(tmp_path)
+    for rel, text in {**TINY_FILES, "specs/tiny.toml": tiny_spec()}.items():
+        (repo / rel).write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"],
+                   check=True, capture_output=True)
+    (repo / "specs" / "tiny.toml").write_text(tiny_spec(extra='\n[gate]\nmin_effect = 0.5\nreason = "noisy"\n'))
+    (repo / "kernels" / "tiny.py").write_text(TINY_FILES["kernels/tiny.py"] + "\nimport ctypes\n")
+    monkeypatch.chdir(repo)
+    before = set(sys.modules)
+    with contextlib.ExitStack() as stack:
+        run = wf.materialize(wf.GateRun(wf.AgainstOptions(against="HEAD", kernels=("tiny",)), stack=stack))
+        run = wf.scan_kernels(wf.review_policy(wf.load_sides(wf.take_candidate(run))))
+        assert [(c.field, c.base, c.pr) for c in run.policy.changes] == [("gate.min_effect", "(unset)", "0.5")]
+        assert not run.policy.applied  # the working tree is dirty: no commit names it, so nothing can be accepted
+        assert [(f.path, f.category, f.in_base) for f in run.scan] == [("kernels/tiny.py", "native", False)]
+        assert wf.review_policy(replace(run, options=replace(run.options, accept_policy="a" * 40))).policy.note
+    assert not {m for m in set(sys.modules) - before if m.startswith(("kernels", "kh_"))}  # nothing was imported

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from harness.bench.plan import Job
+from harness.bench.recheck import ProbedCheck
 from harness.bench.roofline import implausible, roofline
 from harness.correctness.args import case_seed, full_env, make_args
 from harness.correctness.checks import (
@@ -23,6 +24,7 @@ from harness.correctness.checks import (
     ReferenceCache,
     TimedCheck,
     checks_for,
+    oracle_path,
     reference_key,
     run_checks,
 )
@@ -38,7 +40,7 @@ def verify(job: Job, fn: Callable, device: Device, reference: ReferenceCache, se
     numerics, inputs and determinism, as a generated test runs them, against one reference call shared by the
     case's providers. The eager reference, timed as a baseline, gets the reference backend's checks."""
     ctx = CaseContext(job.spec, job.provider.name, job.dtype, job.case, seed, device.arch, device.torch_device)
-    ref_fn = resolve_import(job.spec.reference)
+    ref_fn = resolve_import(oracle_path(job.spec, job.provider.name))
     try:
         run_checks(ctx, fn, ref_fn, reference=reference, only=checks_for(job.spec, job.provider.name))
     except CheckFailure as exc:
@@ -46,12 +48,16 @@ def verify(job: Job, fn: Callable, device: Device, reference: ReferenceCache, se
     return ""
 
 
-def timed_check(job: Job, args, device: Device, reference: ReferenceCache, seed: int) -> TimedCheck | None:
-    """The re-check of the calls timed with ``args``, against the reference :func:`verify` computed (None where
-    no check needed one: the eager reference is not compared with itself)."""
+def timed_check(job: Job, args, device: Device, reference: ReferenceCache, seed: int) -> ProbedCheck | None:
+    """The re-check of the calls timed with ``args``, against the reference :func:`verify` computed, some of them
+    on new input values (harness.bench.recheck); None where no check needed a reference (the eager reference is
+    not compared with itself)."""
     ctx = CaseContext(job.spec, job.provider.name, job.dtype, job.case, seed, device.arch, device.torch_device)
     ref = reference.peek(reference_key(ctx))
-    return TimedCheck(job.spec, job.dtype, job.case, args, ref) if ref is not None else None
+    if ref is None:
+        return None
+    ref_fn = resolve_import(oracle_path(job.spec, job.provider.name))
+    return ProbedCheck(TimedCheck(job.spec, job.dtype, job.case, args, ref), ref_fn, device.torch_device, seed)
 
 
 def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCache, seed_base: int = 0) -> CaseResult:

@@ -33,12 +33,21 @@ def _bench_options(p) -> None:
     p.add_argument("--against", metavar="REF",
                    help="merge gate: time the kernels of git REF (e.g. origin/main; HEAD for an A/A run) and of the "
                         "working tree interleaved on one GPU, then write compare.md and compare.json to --out")
+    p.add_argument("--candidate", metavar="REF",
+                   help="with --against: the pull request side is git REF's kernels and specs (git archive, loaded "
+                        "under their own module root, run in worker processes only) instead of the working tree's; "
+                        "this checkout's harness, policy and calibration decide (the trusted gate)")
+    p.add_argument("--accept-policy", metavar="SHA",
+                   help="with --against: apply the pull request's changes to policy-carrying spec fields ([gate], "
+                        "tolerances, waivers, reference) when SHA is the PR side's exact commit (a maintainer's "
+                        "acceptance, which the trusted workflow passes); otherwise the base's values judge")
     p.add_argument("--noise", metavar="FILE",
                    help="with --against: the noise.json an A/A run (--against HEAD) wrote; each case's minimum "
                         "effect is raised to its measured spread")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run each job in a worker process (one per GPU), so a crash or hang fails that job only "
-                        "(default: on with a GPU, off on the CPU)")
+                        "(default: on with a GPU, off on the CPU; with --against always on, so the process that "
+                        "decides imports no kernel)")
 
 
 @command("bench", "benchmark kernels at their bench shapes (a CPU: the small cpu tier) and write results and a report")
@@ -48,6 +57,9 @@ def cmd_bench(args) -> int:
         from harness.cli.compare import cmd_against
 
         return cmd_against(args)
+    for given, name in ((args.candidate, "--candidate"), (args.accept_policy, "--accept-policy")):
+        if given is not None:
+            raise BadInput(f"{name}: only with --against (the merge gate)")
     from harness.bench.workflow import BenchOptions, bench, failures
 
     run = bench(BenchOptions(

@@ -46,7 +46,9 @@ def cmd_against(args) -> int:
         dtypes=comma_list(args.dtype), providers=comma_list(args.provider), seed=args.seed, out=args.out,
         timeout=args.timeout, warm=args.warm, method=args.method, blocks=getattr(args, "blocks", None),
         samples=getattr(args, "samples", None), noise=getattr(args, "noise", None),
-        refresh_ceilings=bool(getattr(args, "refresh_ceilings", False)), isolate=args.isolate), trace=_trace()))
+        refresh_ceilings=bool(getattr(args, "refresh_ceilings", False)), isolate=args.isolate,
+        candidate=getattr(args, "candidate", None), accept_policy=getattr(args, "accept_policy", None)),
+        trace=_trace()))
 
 
 def _report(run) -> int:

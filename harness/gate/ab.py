@@ -1,8 +1,10 @@
-"""``bench --against REF``: the kernels of a git ref and of the working tree, timed interleaved on one GPU.
+"""``bench --against REF``: the kernels of a git ref and of the working tree (or of ``--candidate REF``), timed
+interleaved on one GPU.
 
-``load both sides -> match kernels, cases and dtypes -> one task per case -> records``. Each case's task
-checks and times both sides on one device (harness/gate/abcase.py); with a worker pool the cases of a
-multi-GPU host spread over the GPUs, each case whole on one. Only kernels present on both sides are
+``load both sides -> match kernels, cases and dtypes -> one task per case -> records``. Both sides' specs are
+read as data here (harness.spec.load imports nothing); their kernel modules are imported only by each case's
+task (harness/gate/abcase.py), which checks and times both sides on one device; with a worker pool the cases
+of a multi-GPU host spread over the GPUs, each case whole on one. Only kernels present on both sides are
 compared; new and removed kernels, and cases on one side only, are listed.
 """
 
@@ -29,19 +31,16 @@ class ABPlan:
 
 
 def load_base_specs(base: BaseTree, names=None) -> tuple[dict, list[str]]:
-    """The base's specs by name (its module root importable first), and a line for each that does not load."""
-    from harness.spec.bind import bind
+    """The base's specs by name, read as data, and a line for each that does not load."""
     from harness.spec.load import load
     from harness.spec.schema import SpecError
 
-    if base.root not in sys.path:
-        sys.path.append(base.root)
     specs, problems = {}, []
     for path in sorted(Path(base.specs_dir).glob("*.toml")):
         if names and path.stem not in names:
             continue
         try:
-            specs[path.stem] = bind(load(path))
+            specs[path.stem] = load(path)
         except SpecError as exc:
             problems.append(f"{path.stem}: the base spec does not load with this harness: {exc.problems[0]}")
     return specs, problems
@@ -67,38 +66,50 @@ def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_p
                   tuple(sorted(set(base_specs) - set(pr_specs))), tuple(unmatched))
 
 
-def case_tasks(plan: ABPlan, base: BaseTree, *, seed: int, provider: str | None, blocks: BlockConfig,
-               default: Threshold, noise: dict, confidence: float, warmup_s: float = 60.0):
+def case_tasks(plan: ABPlan, roots, *, seed: int, provider: str | None, blocks: BlockConfig, default: Threshold,
+               noise: dict, confidence: float, pr_policy: bool = False, expected: dict | None = None,
+               warmup_s: float = 60.0):
+    """One task per pair; ``roots``: the materialized trees' module roots; ``pr_policy``: the pull request's
+    policy was accepted (else every rule and check is the base spec's); ``expected``: the tripwire's
+    fingerprints."""
     from harness.correctness.args import case_seed
     from harness.workers.pool import Task
 
     tasks = []
     for pr, base_spec, case_id, dtype in plan.pairs:
         case = next(c for c in pr.cases["bench"] if c.id == case_id)
-        rule = for_spec(default, pr)
-        kwargs = dict(pr_spec_path=str(pr.path), base_spec_path=str(base_spec.path), base_root=base.root,
+        rule = for_spec(default, pr if pr_policy else base_spec)
+        kwargs = dict(pr_spec_path=str(pr.path), base_spec_path=str(base_spec.path), roots=list(roots),
                       case_id=case_id, dtype=dtype, seed=case_seed(pr, dtype, case, seed), provider=provider,
                       blocks=dataclasses.asdict(blocks), threshold=dataclasses.asdict(rule),
-                      noise=noise.get((pr.name, case_id, dtype)), confidence=confidence)
+                      noise=noise.get((pr.name, case_id, dtype)), confidence=confidence, pr_policy=pr_policy,
+                      expected=expected)
         # Both sides' own time limits, the sampling budget, and the warm-up and checks of two providers.
         limit = pr.timeout_s + base_spec.timeout_s + blocks.budget_s + warmup_s
         tasks.append(Task("harness.gate.abcase:run_ab_case", kwargs, f"{pr.name} {dtype} {case_id}", limit))
     return tasks
 
 
-def record(d: dict, pr_spec, ceilings, judge_plausible: bool = False) -> CaseComparison:
-    """A task's dict as a record, with each side's % of roofline from the PR spec's model; with
-    ``judge_plausible`` (cold GPU timing), a PR time that cannot be physical makes the case WRONG."""
+def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseComparison:
+    """A task's dict as a record, with each side's % of roofline from ``spec``'s model (the base's, unless the
+    pull request's policy was accepted); with ``judge_plausible`` (cold GPU timing), a PR time that cannot be
+    physical, beyond its median's 95% interval, makes the case WRONG."""
     from harness.bench.roofline import implausible, roofline
     from harness.correctness.args import full_env
+    from harness.timing.stats import summarize
 
     d = {k: v for k, v in d.items() if k != "method"}
-    case = next(c for c in pr_spec.cases["bench"] if c.id == d["case_id"])
-    env = full_env(pr_spec, case, d["dtype"])
+    case = next(c for c in spec.cases["bench"] if c.id == d["case_id"])
+    env = full_env(spec, case, d["dtype"])
     pct = {}
     for side in ("base", "pr"):
         median = d[f"{side}_median_us"]
-        roof = roofline(pr_spec, env, median, ceilings, d["dtype"]) if median is not None else {}
+        samples = [v for b in d[f"{side}_blocks_us"] for v in b]
+        ci = None
+        if len(samples) >= 4:
+            st = summarize(samples)
+            ci = (st.median_ci_lo, st.median_ci_hi)
+        roof = roofline(spec, env, median, ceilings, d["dtype"], ci) if median is not None else {}
         pct[side] = roof.get("pct_roofline")
         why = implausible(median, roof, ceilings) if judge_plausible and median is not None else ""
         if side == "pr" and why and d["verdict"] not in ("WRONG", "ERROR"):
@@ -142,10 +153,17 @@ def run_tasks(tasks, pool=None, progress=None):
 
 
 def comparison(plan: ABPlan, records, base: BaseTree, environment: dict, kernels, *, default: Threshold,
-               confidence: float, settings: dict, notes=()) -> Comparison:
-    """The records with both sides' provenance; spec hashes only of ``kernels`` (the ones asked for)."""
-    pr = side_from_environment("PR", "working tree", environment,
-                               spec_sha256={Path(k).name: v for k, v in environment.get("spec_sha256", {}).items()})
+               confidence: float, settings: dict, notes=(), candidate: BaseTree | None = None) -> Comparison:
+    """The records with both sides' provenance; spec hashes only of ``kernels`` (the ones asked for).
+    ``candidate``: the pull request's tree (``--candidate``), else the PR side is the working tree."""
+    if candidate is None:
+        pr = side_from_environment("PR", "working tree", environment, spec_sha256={
+            Path(k).name: v for k, v in environment.get("spec_sha256", {}).items()})
+    else:
+        pr = side_from_environment(
+            "PR", f"{candidate.ref} ({candidate.sha[:12]}), git archive of its kernels and specs loaded as "
+                  f"{candidate.package}", {**environment, "git_commit": candidate.sha, "git_dirty": False},
+            spec_sha256={k: v for k, v in candidate.spec_sha256.items() if Path(k).stem in set(kernels)})
     base_env = {**environment, "git_commit": base.sha, "git_dirty": False}
     source = f"{base.ref} ({base.sha[:12]}), git archive of its kernels and specs loaded as {base.package}"
     b = side_from_environment("base", source, base_env, spec_sha256={

@@ -1,10 +1,13 @@
 """One case of ``bench --against``: both sides' providers checked, then timed interleaved on this device.
 
-Runs in a worker process (one per GPU, so a crash or hang fails this case only) or in the caller's. Only plain
-data crosses: spec paths, names, numbers in; a dict of :class:`CaseComparison` fields out (the parent adds
-the roofline). The PR's provider is checked against the upcast reference exactly as a normal benchmark
+Runs in a worker process (one per GPU, so a crash or hang fails this case only; with ``--candidate`` always)
+or in the caller's. Only plain data crosses: spec paths, names, numbers in; a dict of
+:class:`CaseComparison` fields out (the parent adds the roofline and decides nothing else here). The PR's
+provider is checked against the base's reference with the base's tolerances and waivers
+(harness.gate.policy.effective, unless the pull request's policy was accepted), exactly as a normal benchmark
 checks it (harness.bench.run.verify: the generated tests' checks at the bench case): a wrong candidate fails
-the gate whatever its speed, and is never timed.
+the gate whatever its speed, and is never timed. The tripwire (harness.gate.integrity) runs before the
+kernels are imported, after each side's import and checks, and after the timing.
 """
 
 from __future__ import annotations
@@ -33,18 +36,34 @@ class _SideCheck:
         self.check, self.side = check, side
 
     def before(self) -> None:
-        if self.check is not None:
-            self.check.before()
+        self._tagged("before")  # a probe of new input values is checked here, before the next sample
 
     def verify(self) -> None:
+        self._tagged("verify")
+
+    def _tagged(self, step: str) -> None:
         from harness.correctness.registry import CheckFailure
 
         if self.check is None:
             return
         try:
-            self.check.verify()
+            getattr(self.check, step)()
         except CheckFailure as exc:
             raise _SideWrong(self.side, exc) from exc
+
+
+def _tripwire(expected: dict | None, when: str, side: str) -> str:
+    """'' while the harness's timing and checking code is what the deciding process fingerprinted; else the
+    case's reason, and this worker retires (its state is the kernels' now)."""
+    from harness.gate.integrity import changed
+    from harness.workers.child import retire
+
+    lines = changed(expected) if expected else []
+    if not lines:
+        return ""
+    retire()
+    return (f"{side}: the harness's timing or checking code changed {when}: " + "; ".join(lines[:3])
+            + (f"; and {len(lines) - 3} more" if len(lines) > 3 else ""))[:500]
 
 
 def _first_line(exc: Exception) -> str:
@@ -92,17 +111,22 @@ def _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype: str) -> bool:
     return sides[0] == sides[1]
 
 
-def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_id: str, dtype: str, seed: int,
-                provider: str | None, blocks: dict, threshold: dict, noise: float | None,
-                confidence: float) -> dict:
-    """The comparison of one bench case, as a dict of CaseComparison fields without the roofline ones."""
-    if base_root not in sys.path:
-        sys.path.append(base_root)  # the base's module root (kh_base_<sha>) is importable from here
+def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id: str, dtype: str, seed: int,
+                provider: str | None, blocks: dict, threshold: dict, noise: float | None, confidence: float,
+                pr_policy: bool = False, expected: dict | None = None) -> dict:
+    """The comparison of one bench case, as a dict of CaseComparison fields without the roofline ones.
+    ``roots``: the module roots of the materialized trees (kh_base_<sha>, kh_pr_<sha>); ``pr_policy``: judge the
+    PR side by its own spec's policy (accepted), else by the base's; ``expected``: the deciding process's
+    harness.gate.integrity.fingerprints."""
+    for root in roots:
+        if root not in sys.path:
+            sys.path.append(root)
     from harness.bench.dispatch import gpu_identity
     from harness.bench.plan import Job
     from harness.bench.run import timed_check, verify
     from harness.correctness.args import make_args
     from harness.correctness.checks import ReferenceCache
+    from harness.gate.policy import effective
     from harness.results.io import finite_json
     from harness.target.device import detect
 
@@ -116,16 +140,27 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
                pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None, threshold=threshold,
                noise=noise, base_spread=None, pr_spread=None, blocks=0, stop="", dropped=0, gpu_index=index,
                gpu_uuid=uuid, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[])
+    tampered = _tripwire(expected, "before this case's kernels were imported", "PR")
+    if tampered:
+        return {**out, "verdict": "WRONG", "reason": tampered}
+    judged = {"PR": pr_spec if pr_policy else effective(pr_spec, base_spec), "base": base_spec}
     fns, jobs, refs = {}, {}, {"PR": ReferenceCache(), "base": ReferenceCache()}
     for side, spec, case in (("PR", pr_spec, pr_case), ("base", base_spec, base_case)):
+        failing = "WRONG" if side == "PR" else "ERROR"
         try:
-            prov = _provider(spec, device, provider)
+            prov = _provider(spec, device, provider)  # the side's own providers, judged by the policy in force
             out["pr_provider" if side == "PR" else "base_provider"] = prov.name
             if not prov.runnable:
                 return {**out, "verdict": "NOT-COMPARED", "reason": f"{side} {prov.name}: {prov.reason}"}
             fn = prov.load(spec)
-            jobs[side] = Job(spec, case, dtype, prov)
+            tampered = _tripwire(expected, f"when its {prov.name} was imported", side)
+            if tampered:
+                return {**out, "verdict": failing, "reason": tampered}
+            jobs[side] = Job(judged[side], case, dtype, prov)
             wrong = verify(jobs[side], fn, device, refs[side], seed)
+            tampered = _tripwire(expected, f"while its {prov.name} was checked", side)
+            if tampered:
+                return {**out, "verdict": failing, "reason": tampered}
         except Exception as exc:  # one side's failure is this case's outcome, never the run's
             verdict = "ERROR" if side == "PR" else "NOT-COMPARED"
             return {**out, "verdict": verdict, "reason": f"{side}: {type(exc).__name__}: {_first_line(exc)}"}
@@ -158,6 +193,9 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, base_root: str, case_
         return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideError as exc:
         return {**out, "verdict": "ERROR" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
+    tampered = _tripwire(expected, "while both sides were timed", "PR")  # patched by a call: the PR's to explain
+    if tampered:
+        return {**out, "verdict": "WRONG", "reason": tampered}
     d = run.decision
     stop = {"budget": "time budget spent", "max-blocks": "block limit reached"}.get(run.stop, "")
     base_all = [v for b in run.base_blocks for v in b]

@@ -38,6 +38,11 @@ class BaseTree:
     specs_dir: str                # the base's spec files (of every spec folder), import paths rewritten
     aa: bool                      # kernels and specs byte-identical to the working tree's
     spec_sha256: dict = field(default_factory=dict)   # spec file name -> SHA-256 at REF (before rewriting)
+    digest: str = ""              # SHA-256 over every kernel and spec file at REF: equal digests, an A/A pair
+    packages: tuple[str, ...] = ()   # the kernel folders' packages, each below ``root/package``
+
+    def kernel_folders(self) -> tuple[Path, ...]:
+        return tuple(Path(self.root, self.package, *p.split(".")) for p in self.packages)
 
 
 def git(repo: Path, *args: str, binary: bool = False):
@@ -132,11 +137,22 @@ def _spec_files(folders) -> dict[str, bytes]:
     return out
 
 
+def _digest(top: Path, folders) -> str:
+    h = hashlib.sha256()
+    for folder in folders:
+        for rel, data in _files(top / folder).items():
+            h.update(f"{folder}/{rel}\0{len(data)}\0".encode())
+            h.update(data)
+    return h.hexdigest()
+
+
 def materialize(ref: str, repo: Path, dest: Path, specs_dir: Path | Sequence[Path],
-                config: Config | None = None) -> BaseTree:
-    """``ref``'s kernel folders and spec folders under ``dest/kh_base_<sha12>``, ready to import: each kernel
+                config: Config | None = None, *, prefix: str = "kh_base", option: str = "--against") -> BaseTree:
+    """``ref``'s kernel folders and spec folders under ``dest/<prefix>_<sha12>``, ready to import: each kernel
     folder at its package's path (``kh_base_<sha12>/liger_kernel/ops``), the spec files of every spec folder in
-    one folder. ``config``: the project's folders (default: the configuration ``repo`` is in)."""
+    one folder. ``config``: the project's folders (default: the configuration ``repo`` is in). ``prefix``
+    tells two trees of one commit apart (the base and a pull request's candidate side); ``option`` is the
+    command-line option errors name."""
     repo = repo.resolve()
     config = config or load_config(repo)
     try:
@@ -144,21 +160,22 @@ def materialize(ref: str, repo: Path, dest: Path, specs_dir: Path | Sequence[Pat
     except GitError:
         sha = ""
     if not sha:
-        raise GitError(f"--against {ref!r}: not a commit in {repo}")
+        raise GitError(f"{option} {ref!r}: not a commit in {repo}")
     spec_folders = [Path(specs_dir)] if isinstance(specs_dir, (str, Path)) else [Path(d) for d in specs_dir]
     specs_rel = [_relative(d, repo, "--specs") for d in spec_folders]
     packages = {_relative(k, repo, f"{config.where('kernels')}:"): config.package(k) for k in config.kernels}
     present = set(git(repo, "ls-tree", "-d", "--name-only", sha, "--", *packages, *specs_rel).splitlines())
     missing = [k for k in packages if k not in present]
     if missing:
-        raise GitError(f"--against {ref}: commit {sha[:12]} has no {missing[0]}/ folder")
-    root_name = f"kh_base_{sha[:12]}"
+        raise GitError(f"{option} {ref}: commit {sha[:12]} has no {missing[0]}/ folder")
+    root_name = f"{prefix}_{sha[:12]}"
     top = dest / root_name
     top.mkdir(parents=True, exist_ok=True)
     moves = {rel: package.replace(".", "/") for rel, package in packages.items()}
     moves.update({rel: specs_rel[0] for rel in specs_rel if rel in present})
     _extract(git(repo, "archive", "--format=tar", sha, "--", *sorted(set(moves)), binary=True), top, moves)
-    (top / "__init__.py").write_text('"""A base tree for the merge gate (git archive)."""\n')
+    (top / "__init__.py").write_text('"""A tree of one commit for the merge gate (git archive)."""\n')
+    digest = _digest(top, sorted({*moves.values()}))
     base_specs = _files(top / specs_rel[0])
     aa = base_specs == _spec_files(spec_folders) and all(
         _files(top / moves[rel]) == _files(repo / rel) for rel in packages)
@@ -180,4 +197,5 @@ def materialize(ref: str, repo: Path, dest: Path, specs_dir: Path | Sequence[Pat
             for package in packages.values():
                 text = rewrite_spec(text, package, root_name)
             (top / specs_rel[0] / rel).write_text(text, encoding="utf-8")
-    return BaseTree(ref, sha, root_name, str(dest), str(top / specs_rel[0]), aa, hashes)
+    return BaseTree(ref, sha, root_name, str(dest), str(top / specs_rel[0]), aa, hashes, digest,
+                    tuple(packages.values()))

@@ -92,6 +92,37 @@ class Side:
 
 
 @dataclass(frozen=True)
+class PolicyChange:
+    """One policy-carrying field of a kernel's spec that the pull request changes (harness/gate/policy.py)."""
+
+    kernel: str
+    field: str                    # its TOML key: gate.min_effect, tolerance.bf16, waive.poison, kernel.reference
+    base: str                     # the value at the base, as text ("(unset)" when the base has none)
+    pr: str                       # the pull request's
+
+
+@dataclass(frozen=True)
+class PolicyReview:
+    """The pull request's policy changes, and whether they judged this run."""
+
+    changes: tuple[PolicyChange, ...]
+    applied: bool                 # True only with a maintainer's acceptance for the candidate's exact commit
+    new_kernels: tuple[str, ...]  # no base version: their own policy is theirs
+    note: str                     # what the acceptance (if one was given) did, in one line
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of a pull request's kernel module that the static scan lists (harness/gate/scan.py)."""
+
+    path: str                     # relative to the tree: kernels/rmsnorm.py
+    line: int
+    category: str                 # monkeypatch | interpreter | stream | thread | timer | native | dynamic | ...
+    what: str                     # the statement, resolved through the module's imports
+    in_base: bool                 # the base's same module has the same finding: not new in this pull request
+
+
+@dataclass(frozen=True)
 class Comparison:
     kind: str                     # IN_PROCESS or STORED: which drift the threshold must cover
     aa: bool                      # both sides the same code (an A/A run: every case should be SAME)
@@ -106,3 +137,5 @@ class Comparison:
     settings: dict                # blocks, samples per block, budget, timing method
     forced: tuple[str, ...] = ()  # refusals overridden with --force
     notes: tuple[str, ...] = ()
+    policy: PolicyReview | None = None     # bench --against: the pull request's policy changes
+    scan: tuple[Finding, ...] = ()         # bench --against: the static scan of its kernel modules

@@ -1,9 +1,12 @@
 """The merge gate's two commands as chains of small typed steps.
 
 ``compare BASE.json PR.json`` (:data:`COMPARE_STEPS`): ``load_runs -> thresholds -> compare -> write``.
-``bench --against REF`` (:data:`AGAINST_STEPS`): ``configure -> materialize -> load_sides -> pair ->
-measure_machine -> time_pairs -> judge -> write``: the base ref's kernels and specs under their own module
-root, both sides checked and timed interleaved on one GPU, a verdict per case.
+``bench --against REF`` (:data:`AGAINST_STEPS`): ``configure -> materialize -> take_candidate -> load_sides ->
+review_policy -> scan_kernels -> pair -> measure_machine -> time_pairs -> judge -> write``: the base ref's
+kernels and specs under their own module root (and with ``--candidate SHA`` the pull request's under theirs:
+the trusted run, where this checkout is the base and its harness, policy and calibration decide), the
+policy in force per kernel, the static scan, both sides checked and timed interleaved on one GPU (in worker
+processes: this process imports no kernel), a verdict per case.
 
 ``harness.cli.compare`` parses the options into :class:`CompareOptions` / :class:`AgainstOptions`, prints
 what :func:`summary` says and returns the exit code; the code is the verdicts' (0 nothing regressed, 1 a case
@@ -54,6 +57,8 @@ class AgainstOptions:
     noise: str | None = None
     refresh_ceilings: bool = False
     isolate: bool | None = None
+    candidate: str | None = None       # the pull request's commit: its kernels and specs are the PR side
+    accept_policy: str | None = None   # the commit a maintainer accepted the pull request's policy changes for
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,10 @@ class GateRun:
     blocks: object = None
     out: Path | None = None
     base: object = None                          # the materialized base tree
+    candidate: object = None                     # the materialized pull-request tree (--candidate), else None
+    policy: object = None                        # harness.gate.model.PolicyReview
+    scan: tuple = ()                             # harness.gate.model.Finding of the PR's kernel modules
+    expected: dict = field(default_factory=dict)  # harness.gate.integrity.fingerprints, taken before any import
     pr_paths: tuple = ()
     pr_specs: dict = field(default_factory=dict)
     base_specs: dict = field(default_factory=dict)
@@ -203,6 +212,12 @@ def summary(run: GateRun) -> list[str]:
     lines = [f"merge gate ({cmp.kind}): {summary_line(cmp.cases)}"]
     lines += [f"{c.verdict}: {c.kernel} {c.dtype} {c.case_id}: {c.reason or f'ratio {c.ratio:.4f}'}"
               for c in cmp.cases if c.failing]
+    if cmp.policy is not None and cmp.policy.changes:
+        lines.append(f"policy: {len(cmp.policy.changes)} change(s) of policy-carrying spec fields, "
+                     + ("applied (accepted)" if cmp.policy.applied else "not applied: the base's values judged"))
+    new = sum(not f.in_base for f in cmp.scan)
+    if new:
+        lines.append(f"static scan: {new} new finding(s) in the pull request's kernel modules (compare.md)")
     return lines + ["wrote " + ", ".join(str(p) for p in run.written.values())]
 
 
@@ -233,6 +248,9 @@ def configure(run: GateRun) -> GateRun:
 
     use_interpreter_if_no_gpu()
     o, device = run.options, detect()
+    if o.candidate is not None and o.isolate is False:
+        raise BadInput("--candidate --no-isolate: a pull request's kernels run only in worker processes, never in "
+                       "the process that decides")
     noise, notes = read_noise(o.noise)
     return replace(run, device=device, blocks=block_config(o, device), threshold=_threshold(IN_PROCESS),
                    noise=noise, notes=notes, out=Path(o.out) if o.out else default_out_dir(device) / "gate")
@@ -255,13 +273,34 @@ def materialize(run: GateRun) -> GateRun:
     return replace(run, base=base)
 
 
+def take_candidate(run: GateRun) -> GateRun:
+    """With ``--candidate REF``: the pull request's kernels and specs, as the base's are taken (its harness,
+    pyproject.toml and anything else it holds are never read)."""
+    from harness.config import load_config
+    from harness.gate.basetree import GitError, repo_root
+    from harness.gate.basetree import materialize as take
+    from harness.spec.select import spec_folders
+
+    if run.options.candidate is None:
+        return run
+    tmp = run.stack.enter_context(tempfile.TemporaryDirectory(prefix="kh-gate-pr-"))
+    try:
+        tree = take(run.options.candidate, repo_root(Path.cwd()), Path(tmp), spec_folders(run.options.specs_dir),
+                    load_config(), prefix="kh_pr", option="--candidate")
+    except GitError as exc:
+        raise BadInput(str(exc)) from None
+    aa = tree.digest == run.base.digest
+    return replace(run, candidate=tree, base=replace(run.base, aa=aa))
+
+
 def load_sides(run: GateRun) -> GateRun:
+    """Both sides' specs read as data: nothing is imported here."""
     from harness.gate import ab
     from harness.spec.select import load_specs, spec_paths
 
     o = run.options
-    pr_paths = spec_paths([], o.specs_dir, o.kernels)
-    pr_specs = {s.name: s for s in load_specs(pr_paths)}
+    pr_paths = spec_paths([], run.candidate.specs_dir if run.candidate else o.specs_dir, o.kernels)
+    pr_specs = {s.name: s for s in load_specs(pr_paths, bind=False)}
     base_specs, problems = ab.load_base_specs(run.base, set(pr_specs) if o.kernels else None)
     plan = ab.plan_pairs(pr_specs, base_specs, _dtypes(o.dtypes), problems)
     return replace(run, pr_paths=tuple(pr_paths), pr_specs=pr_specs, base_specs=base_specs, plan=plan)
@@ -271,18 +310,72 @@ def _dtypes(dtypes: tuple[str, ...]) -> tuple[str, ...]:
     return () if dtypes == ("all",) else (dtypes or ("bf16",))
 
 
+def _pr_tree(run: GateRun):
+    """(commit, dirty, module roots, kernel folders by package) of the PR side: the candidate, or the working
+    tree."""
+    from harness.config import load_config
+    from harness.gate.basetree import GitError, git, repo_root
+
+    if run.candidate is not None:
+        c = run.candidate
+        return c.sha, False, (Path(c.root, c.package),), dict(zip(c.packages, c.kernel_folders(), strict=True))
+    config = load_config()
+    try:
+        repo = repo_root(Path.cwd())
+        sha = git(repo, "rev-parse", "HEAD")
+        dirty = bool(git(repo, "status", "--porcelain", "--", *map(str, (*config.kernels, *config.specs))))
+    except GitError:
+        sha, dirty = "", True
+    return sha, dirty, (*config.import_roots, Path.cwd()), {config.package(k): Path(k) for k in config.kernels}
+
+
+def review_policy(run: GateRun) -> GateRun:
+    """The pull request's changes to policy-carrying spec fields (harness.gate.policy), and whether they apply:
+    only with ``--accept-policy`` naming the PR side's exact commit."""
+    from harness.gate.policy import review
+
+    sha, dirty, pr_roots, _ = _pr_tree(run)
+    both = {k: (run.base_specs[k], run.pr_specs[k]) for k in set(run.base_specs) & set(run.pr_specs)}
+    policy = review(both, run.plan.new_kernels, accept_sha=run.options.accept_policy, candidate_sha=sha,
+                    dirty=dirty, base_roots=(Path(run.base.root, run.base.package),), pr_roots=pr_roots)
+    return replace(run, policy=policy)
+
+
+def scan_kernels(run: GateRun) -> GateRun:
+    """The static scan of the PR side's kernel modules (ast, no import), each finding marked when the base has it."""
+    from harness.gate.scan import compare_scans, scan_folders
+
+    *_, folders = _pr_tree(run)
+    base = scan_folders(dict(zip(run.base.packages, run.base.kernel_folders(), strict=True)))
+    return replace(run, scan=compare_scans(scan_folders(folders), base))
+
+
 def pair(run: GateRun) -> GateRun:
-    """One task per (kernel, case, dtype) both sides have; nothing to compare is bad input."""
+    """One task per (kernel, case, dtype) both sides have; nothing to compare is bad input. The tripwire's
+    fingerprints are taken here, before any kernel module is imported."""
     from harness.gate import ab
+    from harness.gate.integrity import fingerprints
     from harness.gate.verdict import CONFIDENCE
+    from harness.spec.imports import module_available
 
     plan, o = run.plan, run.options
     if not (plan.pairs or plan.new_kernels or plan.removed_kernels):
         why = "; ".join(plan.unmatched[:3]) or "check --kernel and --dtype"
         raise BadInput(f"bench --against {o.against}: nothing to compare ({why})")
-    tasks = ab.case_tasks(plan, run.base, seed=o.seed, provider=o.providers[0] if o.providers else None,
-                          blocks=run.blocks, default=run.threshold, noise=run.noise, confidence=CONFIDENCE)
-    return replace(run, tasks=tuple(tasks))
+    roots = [run.base.root] + ([run.candidate.root] if run.candidate else [])
+    if module_available("triton"):
+        import triton  # noqa: F401 - the worker imports it before any task (init_worker): both see its effects
+    expected = fingerprints()
+    tasks = ab.case_tasks(plan, roots, seed=o.seed, provider=o.providers[0] if o.providers else None,
+                          blocks=run.blocks, default=run.threshold, noise=run.noise, confidence=CONFIDENCE,
+                          pr_policy=run.policy.applied if run.policy else False, expected=expected)
+    return replace(run, tasks=tuple(tasks), expected=expected)
+
+
+def _isolate(run: GateRun) -> bool:
+    """Worker processes, on a CPU too, so the process that decides imports no kernel; ``--no-isolate`` (never
+    with --candidate) runs the cases here, for debugging."""
+    return True if run.candidate is not None or run.options.isolate is None else run.options.isolate
 
 
 def measure_machine(run: GateRun) -> GateRun:
@@ -297,10 +390,10 @@ def measure_machine(run: GateRun) -> GateRun:
 
 def time_pairs(run: GateRun) -> GateRun:
     from harness.gate import ab
-    from harness.workers.pool import isolating, maybe_pool
+    from harness.workers.pool import maybe_pool
 
     found: dict[int, dict] = {}
-    with maybe_pool(isolating(run.options.isolate, run.device.is_gpu)) as pool:  # after the ceilings, as in bench
+    with maybe_pool(_isolate(run)) as pool:  # after the ceilings, as in bench
         for i, d in ab.run_tasks(list(run.tasks), pool):
             found[i] = d
             _progress(len(found), len(run.tasks), d)
@@ -311,22 +404,32 @@ def judge(run: GateRun) -> GateRun:
     """The comparison record: each case's verdict with its roofline, the settings and provenance."""
     from harness.gate import ab
     from harness.gate.verdict import CONFIDENCE
-    from harness.workers.pool import isolating
 
     found, o = run.found, run.options
     plausible = run.device.is_gpu and run.blocks.cold
-    records = [ab.record(found[i], run.pr_specs[found[i]["kernel"]], run.ceilings, plausible)
+    specs = run.pr_specs if run.policy and run.policy.applied else run.base_specs  # the roofline model in force
+    records = [ab.record(found[i], specs[found[i]["kernel"]], run.ceilings, plausible)
                for i in range(len(run.tasks))]
     timed = sorted({d["method"] for d in found.values() if d.get("method")})
     settings = {**dataclasses.asdict(run.blocks), "timed with": ", ".join(timed) or "nothing timed",
-                "isolate": isolating(o.isolate, run.device.is_gpu)}
+                "isolate": _isolate(run)}
     kernels = set(run.pr_specs) if o.kernels else set(run.pr_specs) | set(run.base_specs)
+    notes = run.notes + _trust_notes(run)
     cmp = ab.comparison(run.plan, records, run.base, run.environment, kernels, default=run.threshold,
-                        confidence=CONFIDENCE, settings=settings, notes=run.notes)
-    return replace(run, comparison=cmp)
+                        confidence=CONFIDENCE, settings=settings, notes=notes, candidate=run.candidate)
+    return replace(run, comparison=replace(cmp, policy=run.policy, scan=run.scan))
 
 
-AGAINST_STEPS = (configure, materialize, load_sides, pair, measure_machine, time_pairs, judge, write)
+def _trust_notes(run: GateRun) -> tuple[str, ...]:
+    if run.candidate is None:
+        return ()
+    c, here = run.candidate, run.environment.get("git_commit") or "unknown commit"
+    return (f"Trusted run: the harness, its policy and its calibration are this checkout's ({str(here)[:12]}); "
+            f"the pull request contributes the kernels and specs of {c.sha[:12]}, imported only in worker processes.",)
+
+
+AGAINST_STEPS = (configure, materialize, take_candidate, load_sides, review_policy, scan_kernels, pair,
+                 measure_machine, time_pairs, judge, write)
 
 
 def run_compare(options: CompareOptions, *, trace: bool = False) -> GateRun:

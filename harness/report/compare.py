@@ -122,6 +122,29 @@ def _kernels(cases, level: int) -> list[dict]:
     return out
 
 
+MAX_SCAN_ROWS = 60   # the static scan's new findings shown in compare.md; compare.json has them all
+
+
+def _policy(cmp) -> dict | None:
+    """The pull request's changes of policy-carrying spec fields, and whether they judged this run."""
+    p = getattr(cmp, "policy", None)
+    if p is None or not (p.changes or p.new_kernels or p.note):
+        return None
+    rows = [[cell(c.kernel), code(c.field), cell(c.base), cell(c.pr)] for c in p.changes]
+    return {"applied": p.applied, "note": cell(p.note), "new": [cell(k) for k in p.new_kernels],
+            "table": {"header": ["kernel", "field", "base", "PR"], "rows": rows, "align": ["l"] * 4} if rows else None}
+
+
+def _scan(cmp) -> dict | None:
+    found = tuple(getattr(cmp, "scan", ()) or ())
+    if not found:
+        return None
+    new = [f for f in found if not f.in_base]
+    rows = [[code(f"{f.path}:{f.line}"), cell(f.category), code(f.what)] for f in new[:MAX_SCAN_ROWS]]
+    return {"new": len(new), "old": len(found) - len(new), "hidden": max(0, len(new) - MAX_SCAN_ROWS),
+            "table": {"header": ["where", "what", "statement"], "rows": rows, "align": ["l"] * 3} if rows else None}
+
+
 def _provenance(cmp) -> dict:
     rows = []
     for name in PROVENANCE:
@@ -154,7 +177,8 @@ def context(cmp, *, level: int = 0, max_failing: int | None = None, plot: str | 
                  "confidence": num(100 * cmp.confidence, 2)},
         "overrides": sorted({cell(c.threshold.source) for c in cases if c.threshold and c.threshold != t}),
         "settings": [f"{cell(k)}: {cell(v)}" for k, v in cmp.settings.items()],
-        "provenance": _provenance(cmp), "plot": plot, "version": __version__,
+        "provenance": _provenance(cmp), "plot": plot, "version": __version__, "policy": _policy(cmp),
+        "scan": _scan(cmp),
     }
 
 
@@ -181,8 +205,13 @@ def render_markdown(cmp, plot: str | None = None, limit: int = COMMENT_LIMIT) ->
 
 def comparison_json(cmp, exit_code: int) -> dict:
     n = Counter(c.verdict for c in cmp.cases)
+    policy = getattr(cmp, "policy", None)
     return {"format": "kernel-harness-compare/1", "summary": summary_line(cmp.cases), "counts": dict(n),
-            "exit_code": exit_code, "comparison": finite_json(to_json(cmp))}
+            "exit_code": exit_code,
+            "policy_changes": [to_json(c) for c in policy.changes] if policy else [],
+            "policy_applied": bool(policy and policy.applied),
+            "scan_new_findings": sum(not f.in_base for f in getattr(cmp, "scan", ()) or ()),
+            "comparison": finite_json(to_json(cmp))}
 
 
 def write_comparison(cmp, out_dir, exit_code: int) -> dict[str, Path]:

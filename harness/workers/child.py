@@ -20,6 +20,14 @@ from harness.importpath import resolve
 CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "AcceleratorError", "cudaErrorIllegalAddress",
                       "device-side assert", "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS")
 TRACEBACK_MARKER = "\nTraceback (innermost frames):\n"
+_retiring = False  # set by a task through retire(): this process runs no further task
+
+
+def retire() -> None:
+    """Called by a task that found this process's state untrustworthy (harness code patched by a kernel, say):
+    once the task's result is sent, the pool replaces this worker, as after a CUDA error."""
+    global _retiring
+    _retiring = True
 
 
 def mentions_cuda_error(text: str) -> bool:
@@ -67,7 +75,7 @@ def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | 
             value, status, error = None, "error", _format_exception(exc)
             del exc
         duration = time.perf_counter() - start
-        poisoned = _cuda_poisoned(error or _text(value))
+        poisoned = _cuda_poisoned(error or _text(value)) or _retiring
         sys.stdout.flush()
         sys.stderr.flush()
         try:
