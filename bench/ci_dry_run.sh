@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Dry run of the GPU CI job without GitHub: the commands of .github/workflows/gpu.yml's `plan` and `gpu` jobs
-# (harness affected, the install into a venv over the machine's packages, harness ci-gpu), minus the GitHub-only
-# steps (checkout, artifact upload, the comment), in throwaway git repositories holding this tree:
+# Dry run of the GPU CI job without GitHub: the commands of .github/workflows/kernel-harness.yml's `plan` and `gpu`
+# jobs (harness affected, the clean environment of harness/gate/sandbox.py, the install into its venv over the
+# machine's packages, harness ci-gpu), minus the GitHub-only steps (authorize, checkout, artifacts, the status
+# and the comment), in throwaway git repositories holding this tree:
 #   clean   the pull request changes a comment in kernels/<K>.py               -> must pass (exit 0)
 #   slower  the launchers of kernels/<K>.py redo the first ~10% of rows         -> must fail, SLOWER
 #   wrong   the launchers of kernels/<K>.py scale their output by 1.5           -> must fail on correctness
@@ -71,15 +72,18 @@ run_scenario() {
     # plan job
     python3 -m harness affected --base "$base" --github-output "$repo/.github-output"
     kernels=$(sed -n 's/^kernels=//p' "$repo/.github-output" | tail -1)
-    # gpu job: the install step, then the gate step, as gpu.yml writes them ($RUNNER_TEMP -> a scratch folder)
+    # gpu job: the clean environment, the install step, then the gate step, as kernel-harness.yml writes them
+    # ($RUNNER_TEMP -> a scratch folder; a machine's own Python may be its user's, hence --allow-writable-python)
     RUNNER_TEMP="$work/runner-$name"
     mkdir -p "$RUNNER_TEMP"
-    python3 -m venv --system-site-packages --without-pip "$RUNNER_TEMP/kh"
-    python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
-      > "$("$RUNNER_TEMP/kh/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/runner.pth"
-    "$RUNNER_TEMP/kh/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+    python3 -I harness/gate/sandbox.py setup --root "$RUNNER_TEMP/kh-job" --github-env "$RUNNER_TEMP/env" \
+      --allow-writable-python
+    set -a && . "$RUNNER_TEMP/env" && set +a
+    trap 'python3 -I "$repo/harness/gate/sandbox.py" cleanup --root "$RUNNER_TEMP/kh-job" --tag "$KH_JOB_TAG"' EXIT
+    HARNESS=.
+    "$KH_PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$HARNESS"
     # shellcheck disable=SC2086  # CI_GPU_EXTRA is a list of options, split on purpose
-    "$RUNNER_TEMP/kh/bin/python" -m harness ci-gpu --against "$base" --kernels "$kernels" \
+    "$KH_PYTHON" -m harness ci-gpu --against "$base" --kernels "$kernels" \
       --out "$dest/$name" --runner "dry-run-$name" ${CI_GPU_EXTRA:-}
   ) > "$log" 2>&1
   echo $?

@@ -1,5 +1,5 @@
-"""harness.gate.ci's ``ci-gpu`` steps and harness.gate.comment's ``ci-comment`` steps, each on its own; the
-commands end to end are tests/test_ci_gpu.py and tests/test_ci_comment.py."""
+"""harness.gate.ci's ``ci-gpu`` steps, each on its own; the command end to end is tests/test_ci_gpu.py, the
+gate job's side (status, comment) tests/test_ci_comment.py."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from harness.gate import ci
-from harness.gate import comment as cm
-from harness.gate.ci import ACCEPT_LABEL, Acceptance, CiRun, Outcome
+from harness.gate.authorize import Acceptance, Decision, authorization_doc
+from harness.gate.ci import CiRun, Outcome
 from harness.steps import BadInput
 
-ACCEPTED = Acceptance(True, "known, see #12", "maint")
+HEAD = "a" * 40
+ACCEPTED = Acceptance("regression", "maint", "known, see #12")
+AUTH = Decision(True, True, 7, HEAD, "b" * 40, "pushed by maint (write)", "maint", (ACCEPTED,))
 
 
 def _run(tmp_path: Path, **kw) -> CiRun:
@@ -23,7 +25,7 @@ def _run(tmp_path: Path, **kw) -> CiRun:
 
 
 def _recording(rc: int, calls: list, write=None):
-    def run(cmd, log, timeout):
+    def run(cmd, log, timeout, cwd=None):
         calls.append((cmd, log.name, timeout))
         if write:
             write(Path(cmd[cmd.index("--out") + 1]))
@@ -40,17 +42,35 @@ def test_check_inputs_lists_the_kernels_and_refuses_what_a_command_line_would_mi
         ci.check_inputs(_run(tmp_path, kernel_list="rope,a;rm"))
 
 
-def test_read_acceptance_from_the_event_file(tmp_path):
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps({"pull_request": {"labels": [{"name": ACCEPT_LABEL}],
-                                                  "body": f"{ACCEPT_LABEL}: known"}}))
-    assert ci.read_acceptance(_run(tmp_path, event=str(event))).acceptance == Acceptance(True, "known", "")
-    assert not ci.read_acceptance(_run(tmp_path)).acceptance.labelled  # no event: a nightly run
-    event.write_text("[]")
-    with pytest.raises(BadInput, match="expected a JSON object"):
-        ci.read_acceptance(_run(tmp_path, event=str(event)))
+def test_read_auth_reads_the_trusted_decision_before_anything_runs(tmp_path):
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps(authorization_doc(AUTH)))
+    assert ci.read_auth(_run(tmp_path, authorization=str(path))).auth == AUTH
+    assert ci.read_auth(_run(tmp_path)).auth is None  # a nightly run: nothing accepted
+    path.write_text(json.dumps(authorization_doc(replace(AUTH, run=False))))
+    with pytest.raises(BadInput, match="does not authorize a run"):
+        ci.read_auth(_run(tmp_path, authorization=str(path)))
     with pytest.raises(BadInput, match="unreadable"):
-        ci.read_acceptance(_run(tmp_path, event=str(tmp_path / "missing.json")))
+        ci.read_auth(_run(tmp_path, authorization=str(tmp_path / "missing.json")))
+
+
+def test_a_child_that_rewrites_the_harness_fails_the_job(tmp_path, monkeypatch):
+    root = tmp_path / "harness"
+    (root / "gate").mkdir(parents=True)
+    (root / "gate" / "verdict.py").write_text("SLOWER = 'SLOWER'\n")
+
+    def child(cmd, log, timeout, cwd=None):  # the pull request's code, run by pytest, edits the harness on disk
+        (root / "gate" / "verdict.py").write_text("SLOWER = 'SAME'\n")
+        return 0
+
+    monkeypatch.setattr(ci, "_run", child)
+    run = ci.snapshot(_run(tmp_path, kernels=("rope",), harness_root=root))
+    run = ci.run_tests(run)
+    assert run.tampered == ("gate/verdict.py",)
+    assert ci.run_gate(run).gate_rc is None  # nothing more runs over a changed harness
+    assert not ci.decide_outcome(run).outcome.passed
+    clean = ci.run_tests(ci.snapshot(_run(tmp_path, kernels=("rope",), harness_root=root)))
+    assert clean.tampered == ()
 
 
 def test_make_out_creates_the_folder(tmp_path):
@@ -78,32 +98,51 @@ def test_run_gate_reads_the_verdict_counts_and_compare_md(tmp_path, monkeypatch)
     calls = []
     monkeypatch.setattr(ci, "_run", _recording(1, calls, write))
     run = ci.run_gate(_run(tmp_path, kernels=("rope",)))
-    assert (run.gate_rc, run.counts, run.compare_md) == (1, {"SLOWER": 1, "SAME": 2}, "**Merge gate: 1 slower**\n")
+    assert (run.gate_rc, ci.counts(run.compare), run.compare_md) == (1, {"SLOWER": 1, "SAME": 2},
+                                                                     "**Merge gate: 1 slower**\n")
     assert calls[0][0][3:6] == ["bench", "--against", "abc123"] and calls[0][1] == "gate.log"
+    assert "--candidate" not in calls[0][0]  # a nightly run: the working tree is the PR side
     monkeypatch.setattr(ci, "_run", _recording(137, []))  # killed: it wrote nothing
     killed = ci.run_gate(_run(tmp_path / "2", kernels=("rope",)))
-    assert (killed.gate_rc, killed.counts, killed.compare_md) == (137, {}, "")
+    assert (killed.gate_rc, killed.compare, killed.compare_md) == (137, {}, "")
     assert ci.run_gate(_run(tmp_path)).gate_rc is None  # no kernel: no gate
 
 
-def test_decide_outcome_accepts_a_labelled_slower_case(tmp_path):
-    run = _run(tmp_path, tests_rc=0, gate_rc=1, counts={"SLOWER": 1}, acceptance=ACCEPTED)
-    assert ci.decide_outcome(run).outcome == Outcome(True, True, "1 slower, accepted: known, see #12")
-    assert not ci.decide_outcome(replace(run, acceptance=Acceptance(False, "", ""))).outcome.passed
+def test_run_gate_judges_the_candidate_with_the_base_s_policy_unless_accepted(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ci, "_run", _recording(0, calls))
+    ci.run_gate(_run(tmp_path, kernels=("rope",), candidate=HEAD, auth=replace(AUTH, accepts=())))
+    ci.run_gate(_run(tmp_path, kernels=("rope",), candidate=HEAD,
+                     auth=replace(AUTH, accepts=(Acceptance("policy", "maint", "looser on purpose"),))))
+    (first, _, _), (second, _, _) = calls
+    assert first[first.index("--candidate") + 1] == HEAD and "--accept-policy" not in first
+    assert second[second.index("--accept-policy") + 1] == HEAD
+
+
+def test_decide_outcome_accepts_a_slower_case_only_with_the_authorization_s_acceptance(tmp_path):
+    slower = {"counts": {"SLOWER": 1}}
+    run = _run(tmp_path, tests_rc=0, gate_rc=1, compare=slower, auth=AUTH)
+    assert ci.decide_outcome(run).outcome == Outcome(True, True, "1 slower, accepted by maint: known, see #12")
+    assert not ci.decide_outcome(replace(run, auth=replace(AUTH, accepts=()))).outcome.passed
 
 
 def test_write_report_writes_report_md_and_ci_json(tmp_path):
     out = tmp_path / "o"
     out.mkdir()
-    run = _run(tmp_path, kernels=("rope",), tests_rc=0, gate_rc=1, counts={"SLOWER": 1}, acceptance=ACCEPTED,
-               compare_md="compare table\n", outcome=Outcome(True, True, "1 slower, accepted: known, see #12"))
+    compare = {"counts": {"SLOWER": 1, "SAME": 1}, "comparison": {"cases": [
+        {"kernel": "rope", "dtype": "bf16", "case_id": "t=1", "verdict": "SLOWER", "ratio": 1.2, "ratio_lo": 1.1,
+         "ratio_hi": 1.3, "base_median_us": 3.0},
+        {"kernel": "rope", "dtype": "bf16", "case_id": "t=2", "verdict": "SAME", "ratio": 1.0}]}}
+    run = _run(tmp_path, kernels=("rope",), tests_rc=0, gate_rc=1, compare=compare, auth=AUTH,
+               compare_md="compare table\n", outcome=Outcome(True, True, "1 slower, accepted by maint: known"))
     run = ci.write_report(run)
     assert run.report == (out / "report.md").read_text()
     assert run.report.startswith("## GPU gate on `sm90`: passed, regression accepted")
-    assert "(label added by @maint)" in run.report and run.report.endswith("compare table\n")
+    assert f"regression accepted by maint for {HEAD[:12]}" in run.report and run.report.endswith("compare table\n")
     doc = json.loads((out / "ci.json").read_text())
     assert doc["format"] == ci.CI_FORMAT and doc["kernels"] == ["rope"] and doc["accepted"] is True
-    assert doc["acceptance"] == {"labelled": True, "reason": "known, see #12", "by": "maint", "accepted": True}
+    assert doc["sha"] == HEAD and [c["case_id"] for c in doc["cases"]] == ["t=1"]  # SAME cases are not listed
+    assert set(doc["cases"][0]) == {"kernel", "dtype", "case_id", "verdict", "ratio", "ratio_lo", "ratio_hi"}
 
 
 def test_write_step_summary_appends_within_github_s_limit(tmp_path):
@@ -119,39 +158,3 @@ def test_write_step_summary_appends_within_github_s_limit(tmp_path):
 def test_print_decision(tmp_path, capsys):
     ci.print_decision(_run(tmp_path, outcome=Outcome(False, False, "1 slower")))
     assert capsys.readouterr().out == "ci-gpu: FAILED: 1 slower\n"
-
-
-def test_parse_needs_refuses_what_is_not_a_job_table():
-    assert ci.parse_needs('{"gpu": {"result": "success"}}', "NEEDS") == {"gpu": {"result": "success"}}
-    for text, problem in (("not json", "is not JSON"), ("{}", "non-empty"), ("[1]", "non-empty")):
-        with pytest.raises(BadInput, match=problem):
-            ci.parse_needs(text, "NEEDS")
-
-
-# ----------------------------------------------------------------------------- ci-comment
-
-def test_read_reports_takes_files_and_artifact_folders_in_order(tmp_path):
-    for name in ("gpu-report-sm90", "gpu-report-sm80"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "report.md").write_text(f"## {name}\n")
-    (tmp_path / "one.md").write_text("## one\n")
-    run = cm.read_reports(cm.CommentRun(paths=(str(tmp_path / "one.md"), str(tmp_path)), out=tmp_path / "c.md"))
-    assert run.reports == ("## one\n", "## gpu-report-sm80\n", "## gpu-report-sm90\n")
-    with pytest.raises(BadInput, match="no such report or folder"):
-        cm.read_reports(cm.CommentRun(paths=(str(tmp_path / "missing"),), out=tmp_path / "c.md"))
-
-
-def test_build_body_uses_the_limit_link_and_note(tmp_path):
-    run = cm.CommentRun(paths=(), out=tmp_path / "c.md", link="https://x/runs/1", note="Kernels gated: rope",
-                        reports=("## GPU gate on `sm90`: passed\n" + "row\n" * 2000,), limit=cm.MIN_LIMIT)
-    body = cm.build_body(run).body
-    assert body.startswith(cm.MARKER) and len(body) <= cm.MIN_LIMIT and "https://x/runs/1" in body
-    assert "Kernels gated: rope" in body and "- GPU gate on `sm90`: passed" in body
-    with pytest.raises(BadInput, match="--limit"):
-        cm.build_body(replace(run, limit=10))
-
-
-def test_write_body_writes_and_says_how_long(tmp_path, capsys):
-    out = tmp_path / "pr-comment" / "comment.md"
-    cm.write_body(cm.CommentRun(paths=(), out=out, body="x" * 1234))
-    assert out.read_text() == "x" * 1234 and capsys.readouterr().out == f"wrote {out} (1,234 characters)\n"

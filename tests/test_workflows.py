@@ -4,11 +4,15 @@ run on the real workflows (no problem) and on a planted bad workflow (its proble
 - every action pinned to a full commit SHA with a version comment; every checkout without persisted credentials
 - every nox session and harness command a workflow (or .ci/run) calls exists
 - a failing gate fails its job: no continue-on-error, no ``|| true``
-- no job on a self-hosted runner starts for a fork's pull request without the reviewed environment ``gpu-ci``
-  (a reusable workflow counts as one a pull request may call; a job on a runner its caller names either deploys
-  to ``gpu-ci`` or refuses a fork's pull request, first thing, on a runner that is not GitHub-hosted)
-- no job that checks out pull-request code holds a write permission or a secret; comment.yml runs nothing
+- trusted dispatch: no self-hosted job in a workflow a ``pull_request`` event triggers; in any other workflow
+  (a reusable one counts as callable from anywhere) a self-hosted job starts only after ``ci-authorize`` said
+  run, through an authorize job that never runs for a ``pull_request`` event
+- a clean environment on a self-hosted runner: sandbox.py setup first, every Python the job's venv's, the
+  cleanup last and ``if: always()``
+- no job with a write permission or a secret checks out the pull request (a ``ref:``) or reads an artifact;
+  a ``pull_request_target``/``workflow_run`` workflow has no steps of its own (it calls the reusable workflow)
 - least privilege and bounded runs: top-level ``permissions``, ``concurrency``, ``timeout-minutes`` on every job
+- CODEOWNERS covers what decides a merge
 """
 
 from __future__ import annotations
@@ -20,26 +24,15 @@ from pathlib import Path
 import pytest
 
 yaml = pytest.importorskip("yaml")
+from tests.redteam.github_sim import evaluate, load, triggers  # noqa: E402 - after the yaml check
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
-REVIEWED_ENV = "gpu-ci"
-FORK_TO_REVIEWED = re.compile(r"head\.repo\.full_name\s*!=\s*github\.repository\s*&&\s*'" + REVIEWED_ENV + "'")
+PR_EVENTS = {"pull_request", "pull_request_review", "pull_request_review_comment"}
+RUN_GATE = re.compile(r"needs\.(\w+)\.outputs\.run\s*==\s*'true'")
 FORK_GUARD = re.compile(r"runner\.environment\s*!=\s*'github-hosted'.*head\.repo\.full_name\s*!=\s*github\.repository")
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
-USES_LINE = re.compile(r"uses:\s*([^\s#]+)(\s*#\s*(\S+))?")
-
-
-def load(path: Path) -> dict:
-    doc = yaml.safe_load(path.read_text())
-    if True in doc:  # YAML 1.1 reads the key `on` as a boolean
-        doc["on"] = doc.pop(True)
-    return doc
-
-
-def triggers(doc: dict) -> set[str]:
-    on = doc.get("on")
-    return {on} if isinstance(on, str) else set(on or ())
+USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*([^\s#]+)(\s*#\s*(\S+))?", re.M)  # a key, not a comment
 
 
 def steps(doc: dict):
@@ -134,21 +127,66 @@ def _fork_guarded(job: dict) -> bool:
     return bool(FORK_GUARD.search(str(first.get("if", "")))) and "exit 1" in str(first.get("run", ""))
 
 
-def fork_unsafe(doc: dict) -> list[str]:
+def _needs(job: dict) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def _authorized(jobs: dict, name: str, seen: frozenset = frozenset()) -> bool:
+    """The job runs only when an authorize job (ci-authorize, never for a pull_request event) said run, itself
+    or through a job that does."""
+    job = jobs.get(name) or {}
+    if name == "authorize":
+        scripts = " ".join(s.get("run", "") for s in job.get("steps") or ())
+        return "-m harness ci-authorize" in scripts and "github.event_name != 'pull_request'" in str(job.get("if"))
+    cond = str(job.get("if", ""))
+    return any(dep in _needs(job) and dep not in seen and _authorized(jobs, dep, seen | {name})
+               for dep in RUN_GATE.findall(cond)) and "always()" not in cond
+
+
+def dispatch_unsafe(doc: dict) -> list[str]:
     problems = []
-    on = triggers(doc)
-    for name, job in (doc.get("jobs") or {}).items():
-        if "self-hosted" not in _runner_labels(job):
+    on, jobs = triggers(doc), doc.get("jobs") or {}
+    for name, job in jobs.items():
+        if "self-hosted" not in _runner_labels(job) or _fork_guarded(job):
             continue
-        if on & {"pull_request_target", "workflow_run"}:
-            problems.append(f"{name}: a self-hosted job in a workflow with base-repository privileges")
-        env = job.get("environment")
-        env = env.get("name") if isinstance(env, dict) else env
-        reviewed = env == REVIEWED_ENV or (isinstance(env, str) and FORK_TO_REVIEWED.search(env)) \
-            or _fork_guarded(job)
-        if on & {"pull_request", "workflow_call"} and not reviewed:
-            problems.append(f"{name}: runs on a self-hosted runner for a fork's pull request without the reviewed "
-                            f"environment {REVIEWED_ENV!r} (environment: {env!r})")
+        if on & PR_EVENTS:
+            problems.append(f"{name}: a self-hosted job in a workflow a pull_request event triggers (its definition "
+                            "is the pull request's own copy)")
+        elif not _authorized(jobs, name):
+            problems.append(f"{name}: a self-hosted job that does not wait for ci-authorize's run=true")
+    return problems
+
+
+PYTHON_CALL = re.compile(r"""(?<![\w/.$-])("\$KH_PYTHON"|\S*python3?)(?=\s)(\s+-I\b)?""")
+
+
+def unclean(doc: dict) -> list[str]:
+    """A self-hosted job checks out the base, makes the clean environment (sandbox.py setup) before anything
+    else runs, runs Python only from its venv (or the runner's with -I, which reads nothing of the user's), and
+    ends with the cleanup, always."""
+    problems = []
+    for name, job in (doc.get("jobs") or {}).items():
+        if "self-hosted" not in _runner_labels(job) or _fork_guarded(job):
+            continue
+        steps = job.get("steps") or []
+        scripts = [str(s.get("run", "")) for s in steps]
+        setup = next((i for i, r in enumerate(scripts) if re.search(r"sandbox\.py\S*\s+setup\b", r)), None)
+        if setup is None:
+            problems.append(f"{name}: no sandbox.py setup step")
+            continue
+        if any(s.get("run") or (s.get("with") or {}).get("ref") for s in steps[:setup]):
+            problems.append(f"{name}: something runs before the clean environment is made")
+        for script in scripts[setup:]:
+            for m in PYTHON_CALL.finditer(script):
+                if not (m.group(1) == '"$KH_PYTHON"' or (m.group(1) == "python3" and m.group(2))):
+                    problems.append(f"{name}: runs {m.group(1)}, not the job's venv or python3 -I")
+        joined = "\n".join(scripts)
+        if "--allow-writable-python" in joined or "--system-site-packages" in joined:
+            problems.append(f"{name}: makes its own venv, or allows a writable runner Python")
+        last = steps[-1] if steps else {}
+        if not (re.search(r"\bcleanup\b.*--all-of-user", str(last.get("run", ""))) and last.get("if") == "always()"):
+            problems.append(f"{name}: the last step is not sandbox.py cleanup --all-of-user with if: always()")
     return problems
 
 
@@ -162,36 +200,43 @@ def privileged_checkout(doc: dict) -> list[str]:
             not isinstance(doc.get("permissions"), dict):
         problems.append("top-level permissions must be {} or read-only")
     for name, job in (doc.get("jobs") or {}).items():
-        checks_out = any(str(s.get("uses", "")).startswith("actions/checkout@") for s in job.get("steps") or ())
-        if not checks_out:
-            continue
-        if _writes(job.get("permissions")) or "permissions" not in job and _writes(doc.get("permissions")):
-            problems.append(f"{name}: checks out code and holds a write permission")
+        privileged = _writes(job.get("permissions")) or "permissions" not in job and _writes(doc.get("permissions"))
+        steps = job.get("steps") or ()
+        pr_code = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@") and
+                   "ref" in (s.get("with") or {})]
+        artifacts = [s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@")]
+        if privileged and (pr_code or artifacts):
+            problems.append(f"{name}: holds a write permission and checks out the pull request or reads an artifact")
         if "secrets." in yaml.safe_dump(job):
-            problems.append(f"{name}: checks out code and reads a secret")
-    if triggers(doc) & {"workflow_run", "pull_request_target"}:
-        if any(s.get("uses", "").startswith("actions/checkout@") for _, _, s in steps(doc)) or runs(doc):
-            problems.append("a privileged workflow (workflow_run) checks out or runs code: it may only post data")
+            problems.append(f"{name}: reads a secret")
+    if triggers(doc) & {"workflow_run", "pull_request_target"} and (list(steps_of(doc)) or runs(doc)):
+        problems.append("a privileged workflow (pull_request_target, workflow_run) has steps of its own: it may only "
+                        "call the reusable workflow")
     return problems
+
+
+def steps_of(doc: dict):
+    return (step for _, _, step in steps(doc))
 
 
 def unbounded(doc: dict) -> list[str]:
     problems = [] if "permissions" in doc else ["no top-level permissions"]
     problems += [] if "concurrency" in doc else ["no concurrency group"]
-    problems += [f"{n}: no timeout-minutes" for n, j in (doc.get("jobs") or {}).items() if "timeout-minutes" not in j]
+    problems += [f"{n}: no timeout-minutes" for n, j in (doc.get("jobs") or {}).items()
+                 if "timeout-minutes" not in j and "uses" not in j]  # a called workflow's jobs have their own
     return problems
 
 
 def all_problems(path: Path) -> list[str]:
     doc, text = load(path), path.read_text()
     return (unpinned(text) + persisted_credentials(doc) + unknown_calls(runs(doc)) + swallowed_failures(doc)
-            + fork_unsafe(doc) + privileged_checkout(doc) + unbounded(doc))
+            + dispatch_unsafe(doc) + unclean(doc) + privileged_checkout(doc) + unbounded(doc))
 
 
 # ----------------------------------------------------------------------------- the real workflows
 
 def test_the_workflows_exist():
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gpu.yml", "comment.yml", "kernel-harness.yml"}
+    assert {p.name for p in WORKFLOWS} == {"ci.yml", "gpu.yml", "kernel-harness.yml"}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -199,28 +244,74 @@ def test_workflow_follows_the_rules(path):
     assert all_problems(path) == []
 
 
-def test_gpu_workflow_runs_the_gate_and_its_verdict():
+def test_gpu_workflow_is_the_reusable_one_from_the_default_branch():
+    """gpu.yml: only events whose definition is the default branch's, and one job calling kernel-harness.yml
+    with this repository's own harness (the base checkout)."""
     doc = load(ROOT / ".github" / "workflows" / "gpu.yml")
-    scripts = "\n".join(runs(doc))
-    assert "-m harness ci-gpu" in scripts and "-m harness ci-needs" in scripts and "-m harness affected" in scripts
-    assert doc["jobs"]["gpu"]["strategy"]["fail-fast"] is False
-    assert {"pull_request", "schedule", "workflow_dispatch"} <= triggers(doc)
+    assert triggers(doc) == {"pull_request_target", "issue_comment", "schedule", "workflow_dispatch"}
+    assert set(doc["on"]["pull_request_target"]["types"]) >= {"synchronize", "labeled", "unlabeled"}
+    assert set(doc["on"]["issue_comment"]["types"]) == {"created", "edited", "deleted"}
+    (job,) = doc["jobs"].values()
+    assert job["uses"] == "./.github/workflows/kernel-harness.yml" and job["with"]["harness"] == "."
+    assert job["with"]["cpu"] is False and "self-hosted" in job["with"]["gpu-runners"]
+
+
+def test_gpu_concurrency_lets_only_pushes_and_the_run_label_supersede():
+    group = load(ROOT / ".github" / "workflows" / "gpu.yml")["concurrency"]["group"]
+
+    def for_event(name, **event):
+        return evaluate(group, {"github": {"event_name": name, "event": event, "run_id": "99"}})
+
+    pr = {"pull_request": {"number": 7}}
+    assert for_event("pull_request_target", action="synchronize", **pr) == "gpu-pr-7"
+    assert for_event("pull_request_target", action="labeled", label={"name": "gate:run"}, **pr) == "gpu-pr-7"
+    assert for_event("pull_request_target", action="labeled", label={"name": "docs"}, **pr) == "gpu-99"
+    assert for_event("issue_comment", action="created") == "gpu-99"  # anyone may comment: it cancels nothing
 
 
 def test_reusable_workflow_for_other_repositories():
     """kernel-harness.yml (docs/adopting.md): called, never triggered; the caller's settings come in as inputs and
-    reach the scripts through env only; the gpu jobs are gpu.yml's, the gate is the one check to require."""
+    reach the scripts through env only; the trusted jobs run on GitHub-hosted runners; the report job alone
+    writes, and only the status and the comment."""
     doc = load(ROOT / ".github" / "workflows" / "kernel-harness.yml")
     assert triggers(doc) == {"workflow_call"}
-    assert {"harness", "cpu-runner", "gpu-runners", "specs", "policy"} <= set(doc["on"]["workflow_call"]["inputs"])
+    assert {"harness", "cpu", "cpu-runner", "gpu-runners", "specs", "policy", "against"} <= \
+        set(doc["on"]["workflow_call"]["inputs"])
     assert not [r for r in runs(doc) if "${{" in r]  # no expression spliced into a script
     jobs = doc["jobs"]
-    assert FORK_TO_REVIEWED.search(jobs["gpu"]["environment"]) and jobs["gpu"]["strategy"]["fail-fast"] is False
-    assert _fork_guarded(jobs["cpu"]) and _fork_guarded(jobs["plan"])
+    assert set(jobs) == {"cpu", "authorize", "plan", "gpu", "gate", "report"}
+    assert jobs["gpu"]["strategy"]["fail-fast"] is False and _fork_guarded(jobs["cpu"])
+    assert "github.event_name == 'pull_request'" in jobs["cpu"]["if"]
+    for name in ("authorize", "plan", "gate", "report"):
+        assert jobs[name]["runs-on"] == "ubuntu-latest", name
+    writers = {n for n, j in jobs.items() if _writes(j.get("permissions"))}
+    assert writers == {"report"} and jobs["report"]["permissions"] == {
+        "contents": "read", "statuses": "write", "pull-requests": "write"}
     scripts = "\n".join(runs(doc))
-    for command in ("affected --base", "affected --all", "ci-gpu", "ci-needs", "validate"):
+    for command in ("affected --base", "affected --all", "ci-authorize", "ci-candidate", "ci-gpu", "ci-gate",
+                    "ci-post", "validate"):
         assert f"-m harness {command}" in scripts, command
-    assert set(jobs["gate"]["needs"]) == {"cpu", "plan", "gpu"} and jobs["gate"]["if"] == "always()"
+    assert jobs["gate"]["if"].startswith("always()") and set(jobs["gate"]["needs"]) == {"authorize", "plan", "gpu"}
+
+
+def test_the_gpu_job_sets_up_the_clean_environment_as_the_sandbox_module_defines_it():
+    from harness.gate.sandbox import DIRS, FIXED
+
+    job = load(ROOT / ".github" / "workflows" / "kernel-harness.yml")["jobs"]["gpu"]
+    setup = next(s for s in job["steps"] if "sandbox.py" in s.get("run", "") and " setup" in s["run"])
+    assert '--github-env "$GITHUB_ENV"' in setup["run"] and '--root "$RUNNER_TEMP/kh-job"' in setup["run"]
+    # the variables a test asserts are exactly the ones the workflow gets: the module writes them all
+    assert {"HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"} <= set(DIRS)
+    assert FIXED["PYTHONNOUSERSITE"] == "1"
+    assert job["steps"][-1]["if"] == "always()" and "--all-of-user" in job["steps"][-1]["run"]
+
+
+def test_codeowners_covers_what_decides_a_merge():
+    lines = [line.split() for line in (ROOT / ".github" / "CODEOWNERS").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    owned = {parts[0] for parts in lines if len(parts) >= 2 and all(o.startswith("@") for o in parts[1:])}
+    assert {"/.github/", "/harness/", "/.ci/", "/noxfile.py", "/pyproject.toml",
+            "/harness/gate/calibration.json"} <= owned
 
 
 def test_ci_runs_the_ci_script():
@@ -258,7 +349,7 @@ def test_planted_good_workflow_is_clean(tmp_path):
     (GOOD_CHECKOUT + "      - run: python3 -m nox -s no-such-session\n", "no-such-session"),
     (GOOD_CHECKOUT + "      - run: python3 -m harness no-such-command\n", "no-such-command"),
     (GOOD_CHECKOUT + "      - run: python3 -m harness ci-gpu --kernels a --against b || true\n", "swallows"),
-    (GOOD_CHECKOUT + "      - run: python3 -m harness ci-needs\n        continue-on-error: true\n",
+    (GOOD_CHECKOUT + "      - run: python3 -m harness ci-gate\n        continue-on-error: true\n",
      "continue-on-error"),
     (GOOD_CHECKOUT + "      - run: echo ${{ secrets.TOKEN }}\n", "secret"),
 ])
@@ -267,15 +358,55 @@ def test_planted_step_problem_is_found(tmp_path, steps, expected):
     assert any(expected in p for p in problems), problems
 
 
-@pytest.mark.parametrize("extra", [
-    "",                                                          # no environment at all
-    "    environment: gpu-ci-trusted\n",                         # an environment without reviewers
-    "    environment: ${{ github.event.pull_request.head.repo.full_name == github.repository && 'gpu-ci' "
-    "|| 'gpu-ci-trusted' }}\n",                                  # the condition reversed: forks go unreviewed
+def _trusted_jobs(gpu: str) -> str:
+    authorize = ("  authorize:\n    if: github.event_name != 'pull_request'\n    runs-on: ubuntu-latest\n"
+                 "    timeout-minutes: 5\n    steps:\n      - run: python -m harness ci-authorize --event e "
+                 "--event-name n --repo o/r\n")
+    return authorize + gpu
+
+
+VENV_GATE = '      - run: |\n          "$KH_PYTHON" -m harness ci-gpu --against a --kernels k\n'
+CLEAN_STEPS = (GOOD_CHECKOUT + '      - run: python3 -I base/harness/gate/sandbox.py setup --root r\n' + VENV_GATE +
+               "      - if: always()\n        run: python3 -I t/sandbox.py cleanup --root r --all-of-user\n")
+
+
+def _gpu_job(condition: str = "needs.authorize.outputs.run == 'true'", steps: str = CLEAN_STEPS,
+             needs: str = "authorize") -> str:
+    return (f"  gpu:\n    needs: {needs}\n    if: {condition}\n    runs-on: [self-hosted, gpu]\n"
+            f"    timeout-minutes: 5\n    permissions:\n      contents: read\n    steps:\n{steps}")
+
+
+def test_planted_authorized_self_hosted_job_is_clean(tmp_path):
+    assert all_problems(_plant(tmp_path, _trusted_jobs(_gpu_job()), on="workflow_call")) == []
+
+
+@pytest.mark.parametrize("jobs,on,expected", [
+    (_trusted_jobs(_gpu_job()), "pull_request", "a pull_request event triggers"),        # the PR's own copy
+    (_trusted_jobs(_gpu_job()), "[pull_request_target, pull_request]", "a pull_request event triggers"),
+    (_trusted_jobs(_gpu_job(condition="always()")), "workflow_call", "does not wait for ci-authorize"),
+    (_trusted_jobs(_gpu_job(condition="needs.authorize.outputs.run == 'true' || always()")), "workflow_call",
+     "does not wait"),
+    (_trusted_jobs(_gpu_job(needs="[]")), "workflow_call", "does not wait"),              # the if names no need
+    (_gpu_job(), "workflow_call", "does not wait"),                                        # no authorize job
+    (_trusted_jobs(_gpu_job()).replace("if: github.event_name != 'pull_request'", "if: true"), "workflow_call",
+     "does not wait"),                                                                      # authorize for anything
 ])
-def test_planted_self_hosted_job_without_approval_is_found(tmp_path, extra):
-    jobs = _job(GOOD_CHECKOUT, extra, runs_on="[self-hosted, linux, gpu, sm90]")
-    assert any("without the reviewed environment" in p for p in all_problems(_plant(tmp_path, jobs)))
+def test_planted_unauthorized_self_hosted_job_is_found(tmp_path, jobs, on, expected):
+    problems = all_problems(_plant(tmp_path, jobs, on=on))
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("steps,expected", [
+    (GOOD_CHECKOUT + VENV_GATE, "no sandbox.py setup"),
+    ("      - run: echo hi\n" + CLEAN_STEPS, "before the clean environment"),
+    (CLEAN_STEPS.replace('"$KH_PYTHON" -m', "python -m"), "not the job's venv"),
+    (CLEAN_STEPS.replace("--root r\n", "--root r --allow-writable-python\n", 1), "writable runner Python"),
+    (CLEAN_STEPS.replace("      - if: always()\n", "      - if: success()\n"), "the last step is not"),
+    (CLEAN_STEPS.replace(" --all-of-user", ""), "the last step is not"),
+])
+def test_planted_unclean_self_hosted_job_is_found(tmp_path, steps, expected):
+    problems = all_problems(_plant(tmp_path, _trusted_jobs(_gpu_job(steps=steps)), on="workflow_call"))
+    assert any(expected in p for p in problems), problems
 
 
 def test_planted_reusable_workflow_on_callers_runners(tmp_path):
@@ -284,28 +415,35 @@ def test_planted_reusable_workflow_on_callers_runners(tmp_path):
         return all_problems(_plant(tmp_path, jobs, on="workflow_call"))
 
     matrix = "    strategy:\n      matrix:\n        runner: ${{ fromJSON(inputs.runners) }}\n"
-    unreviewed = "without the reviewed environment"
-    assert any(unreviewed in p for p in problems(_job(GOOD_CHECKOUT, matrix, runs_on="${{ matrix.runner }}")))
+    unauthorized = "does not wait for ci-authorize"
+    assert any(unauthorized in p for p in problems(_job(GOOD_CHECKOUT, matrix, runs_on="${{ matrix.runner }}")))
     guard = ("      - if: runner.environment != 'github-hosted' && github.event_name == 'pull_request' && "
              "github.event.pull_request.head.repo.full_name != github.repository\n        run: exit 1\n")
     assert problems(_job(guard + GOOD_CHECKOUT, runs_on="${{ inputs.runner }}")) == []
     late = _job(GOOD_CHECKOUT + guard, runs_on="${{ inputs.runner }}")  # after the checkout: too late
-    assert any(unreviewed in p for p in problems(late))
+    assert any(unauthorized in p for p in problems(late))
 
 
 def test_planted_self_hosted_matrix_job_is_followed(tmp_path):
     extra = ("    strategy:\n      matrix:\n        include:\n          - runner: [self-hosted, gpu]\n")
     jobs = _job(GOOD_CHECKOUT, extra, runs_on="${{ matrix.runner }}")
-    assert any("without the reviewed environment" in p for p in all_problems(_plant(tmp_path, jobs)))
-    fixed = _job(GOOD_CHECKOUT, extra + "    environment: gpu-ci\n", runs_on="${{ matrix.runner }}")
-    assert all_problems(_plant(tmp_path, fixed)) == []
+    assert any("a pull_request event triggers" in p for p in all_problems(_plant(tmp_path, jobs)))
 
 
 def test_planted_privilege_problems_are_found(tmp_path):
-    writer = _job(GOOD_CHECKOUT).replace("contents: read", "contents: write")
-    assert any("write permission" in p for p in all_problems(_plant(tmp_path, writer)))
+    pr_checkout = ("      - uses: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8 # v5.0.0\n"
+                   "        with:\n          ref: ${{ github.event.pull_request.head.sha }}\n"
+                   "          persist-credentials: false\n")
+    writer = _job(pr_checkout).replace("contents: read", "statuses: write")
+    assert any("write permission and checks out" in p for p in all_problems(_plant(tmp_path, writer)))
+    artifact = ("      - uses: actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093 # v4.3.0\n")
+    reader = _job(artifact).replace("contents: read", "pull-requests: write")
+    assert any("reads an artifact" in p for p in all_problems(_plant(tmp_path, reader)))
+    base_only = _job(GOOD_CHECKOUT).replace("contents: read", "statuses: write")  # the base: allowed
+    assert all_problems(_plant(tmp_path, base_only)) == []
     runner = _job("      - run: echo hi\n")
-    assert any("privileged workflow" in p for p in all_problems(_plant(tmp_path, runner, on="workflow_run")))
+    for on in ("workflow_run", "pull_request_target"):
+        assert any("privileged workflow" in p for p in all_problems(_plant(tmp_path, runner, on=on)))
     assert any("top-level" in p for p in all_problems(_plant(tmp_path, runner, top="permissions: write-all\n"
                                                                                  "concurrency: x\n")))
 
@@ -316,15 +454,30 @@ def test_planted_unbounded_workflow_is_found(tmp_path):
 
 
 def test_dry_run_runs_the_gpu_jobs_commands():
-    """bench/ci_dry_run.sh must run gpu.yml's install and gate lines, not a copy that drifted."""
-    doc = load(ROOT / ".github" / "workflows" / "gpu.yml")
+    """bench/ci_dry_run.sh must run the gpu job's clean environment, install and gate lines, not a copy that
+    drifted."""
+    job = load(ROOT / ".github" / "workflows" / "kernel-harness.yml")["jobs"]["gpu"]
     script = (ROOT / "bench" / "ci_dry_run.sh").read_text()
-    install = next(s["run"] for s in doc["jobs"]["gpu"]["steps"] if "pip install" in s.get("run", ""))
-    for line in install.strip().splitlines():
-        assert line.strip() in script, line
-    gate = next(s["run"] for s in doc["jobs"]["gpu"]["steps"] if "harness ci-gpu" in s.get("run", ""))
-    github_only = {"--event", "--step-summary"}
-    flags = set(re.findall(r"(--[\w-]+)", gate)) - github_only
+    assert re.search(r"sandbox\.py setup --root \S+", script) and re.search(r"sandbox\.py\"? cleanup", script)
+    install = next(s["run"] for s in job["steps"] if "Install the harness" in s.get("name", ""))
+    assert install.strip().splitlines()[0].strip() in script
+    gate = next(s["run"] for s in job["steps"] if "harness ci-gpu" in s.get("run", ""))
+    github_only = {"--step-summary", "--authorization", "--candidate", "--tests-dir"}
+    flags = set(re.findall(r"(--[\w-]+)", gate[gate.index("ci-gpu"):])) - github_only
     dry = script[script.index("-m harness ci-gpu"):]
     assert flags <= set(re.findall(r"(--[\w-]+)", dry[:dry.index("${CI_GPU_EXTRA")])), flags
     assert "-m harness affected --base" in script
+
+
+def test_the_documented_caller_gives_the_reusable_workflow_what_it_needs():
+    """docs/adopting.md's kernels.yml: the trusted triggers beside pull_request, and permissions that cover every
+    job of kernel-harness.yml (a called workflow can hold no more than its caller grants)."""
+    text = (ROOT / "docs" / "adopting.md").read_text()
+    block = next(b for b in re.findall(r"^```yaml\n(.*?)^```", text, re.M | re.S) if "kernel-harness.yml@" in b)
+    caller = yaml.safe_load(block)
+    caller["on"] = caller.pop(True)
+    assert {"pull_request", "pull_request_target", "issue_comment"} <= set(caller["on"])
+    granted = caller["jobs"]["kernels"]["permissions"]
+    for name, job in load(ROOT / ".github" / "workflows" / "kernel-harness.yml")["jobs"].items():
+        for scope, level in (job.get("permissions") or {}).items():
+            assert granted.get(scope) in ({"read": ("read", "write"), "write": ("write",)}[level]), (name, scope)

@@ -1,18 +1,25 @@
-"""The GPU CI job: its merge policy and its run (``python -m harness ci-gpu`` / ``ci-needs``).
+"""The GPU CI job on the runner: its run and its decision (``python -m harness ci-gpu``).
 
 ``ci-gpu`` is the whole GPU job in one command, so the workflow (.github/workflows/gpu.yml) and the dry run
 (bench/ci_dry_run.sh) cannot drift apart: the full-tier tests of the affected kernels, then the merge gate
-(``bench --against BASE``) in their own processes, then the decision (``decide``), which alone may turn a
-SLOWER verdict into a pass: when a maintainer labelled the pull request ``perf-regression-accepted`` and the
-pull request's body says why (a line ``perf-regression-accepted: <reason>``). Correctness failures are
-never accepted. It writes report.md (the job's report: the decision, the acceptance, compare.md) and
-ci.json (for the comment job) to --out, and report.md to the step summary.
+(``bench --against BASE --candidate HEAD``: this checkout's harness and policy judge the pull request's kernels
+and specs) in their own processes, then the decision (``decide``). A SLOWER verdict passes only with an
+acceptance of the regression, and the pull request's changes of policy-carrying spec fields apply only with an
+acceptance of the policy (``--accept-policy``), both read from the trusted authorization (harness.gate.authorize,
+``--authorization``), never from the event or the pull request. Correctness failures are never accepted. It
+writes report.md (for people), ci.json (the data the trusted gate job validates and renders,
+harness.gate.status) and the step summary.
+
+The pull request's code runs only in the two child processes. Before them, ci-gpu hashes the harness it runs
+from; after each, it hashes it again: a child that rewrote the harness on disk (so that the next process, or the
+next job, imports its copy) fails the job.
 
 The run is ``STEPS`` over one frozen :class:`CiRun` (:func:`harness.steps.execute`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -20,24 +27,15 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from harness.gate.authorize import Acceptance, Decision, read_authorization
+from harness.results.verdicts import OUTCOMES
 from harness.steps import BadInput
 
-ACCEPT_LABEL = "perf-regression-accepted"
-_REASON = re.compile(rf"^\s*{ACCEPT_LABEL}\s*:\s*(\S.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes: GitHub refuses a larger step summary
 NEVER_ACCEPTED = ("WRONG", "ERROR")  # a wrong result is not a known regression
-CI_FORMAT = "kernel-harness-ci/1"
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    labelled: bool      # the label is on the pull request (only people with triage rights can set one)
-    reason: str         # the body's perf-regression-accepted line; "" when there is none
-    by: str             # who added the label, when this run was started by adding it
-
-    @property
-    def accepted(self) -> bool:
-        return self.labelled and bool(self.reason)
+CI_FORMAT = "kernel-harness-ci/2"
+MAX_CASES = 50  # the cases ci.json lists (not SAME), so the comment names them without reading compare.md
+HARNESS_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -47,21 +45,14 @@ class Outcome:
     why: str            # one line
 
 
-def acceptance(event: dict) -> Acceptance:
-    """The acceptance a ``pull_request`` event's payload carries (labels and body as of the event)."""
-    pr = event.get("pull_request") or {}
-    labels = {str(lab.get("name")) for lab in pr.get("labels") or () if isinstance(lab, dict)}
-    found = _REASON.search(str(pr.get("body") or ""))
-    reason = found.group(1)[:500] if found else ""
-    label = (event.get("label") or {}).get("name")
-    by = str((event.get("sender") or {}).get("login") or "") if event.get("action") == "labeled" and \
-        label == ACCEPT_LABEL else ""
-    return Acceptance(ACCEPT_LABEL in labels, reason, by)
-
-
-def decide(tests_rc: int | None, gate_rc: int | None, counts: dict, acc: Acceptance) -> Outcome:
+def decide(tests_rc: int | None, gate_rc: int | None, counts: dict, regression: Acceptance | None = None, *,
+           tampered: tuple[str, ...] = ()) -> Outcome:
     """The job's verdict. ``tests_rc``/``gate_rc``: exit codes (None: the step did not run, nothing to do);
-    ``counts``: compare.json's verdict counts."""
+    ``counts``: compare.json's verdict counts; ``regression``: a maintainer's acceptance of a SLOWER verdict;
+    ``tampered``: harness files that changed while pull-request code ran."""
+    if tampered:
+        return Outcome(False, False, f"the harness's own files changed while pull-request code ran: "
+                       f"{', '.join(tampered[:3])}")
     if tests_rc not in (None, 0):
         return Outcome(False, False, f"full-tier tests failed (pytest exit {tests_rc})")
     if gate_rc in (None, 0):
@@ -75,11 +66,8 @@ def decide(tests_rc: int | None, gate_rc: int | None, counts: dict, acc: Accepta
     slower = counts.get("SLOWER", 0)
     if not slower:
         return Outcome(False, False, "merge gate failed without a SLOWER, WRONG or ERROR case (see compare.json)")
-    if acc.accepted:
-        return Outcome(True, True, f"{slower} slower, accepted: {acc.reason}")
-    if acc.labelled:
-        return Outcome(False, False, f"{slower} slower; the {ACCEPT_LABEL} label is on, but the pull request's "
-                       f"body has no '{ACCEPT_LABEL}: <reason>' line")
+    if regression:
+        return Outcome(True, True, f"{slower} slower, accepted by {regression.by}: {regression.reason}")
     return Outcome(False, False, f"{slower} slower")
 
 
@@ -98,46 +86,54 @@ def tests_line(tests_rc: int | None) -> str:
     return "passed" if tests_rc == 0 else f"FAILED (exit {tests_rc}; tests.log in the artifact)"
 
 
-def report_text(runner: str, outcome: Outcome, acc: Acceptance, tests: str, compare_md: str) -> str:
+def report_text(runner: str, outcome: Outcome, auth: Decision | None, tests: str, compare_md: str) -> str:
     status = "passed" if outcome.passed else "FAILED"
     if outcome.accepted:
         status = "passed, regression accepted"
     lines = [f"## GPU gate on `{runner}`: {status}", "", f"- decision: {outcome.why}", f"- full-tier tests: {tests}"]
-    if acc.labelled:
-        who = f" (label added by @{acc.by})" if acc.by else ""
-        lines.append(f"- `{ACCEPT_LABEL}`{who}: {acc.reason or '(no reason line in the pull request body)'}")
+    for acc in auth.accepts if auth else ():
+        lines.append(f"- {acc.kind} accepted by {acc.by} for {auth.sha[:12]}: {acc.reason}")
     return "\n".join(lines) + "\n\n" + (compare_md.strip() + "\n" if compare_md else "")
 
 
-def counts(path: Path) -> dict:
-    """compare.json's verdict counts; {} when the gate wrote none (it crashed, or timed out)."""
+def read_compare(path: Path) -> dict:
+    """compare.json; {} when the gate wrote none (it crashed, or timed out) or it is not a JSON object."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        return {str(k): int(v) for k, v in doc.get("counts", {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def counts(doc: dict) -> dict:
+    """compare.json's verdict counts (only the gate's own verdicts)."""
+    try:
+        return {str(k): int(v) for k, v in (doc.get("counts") or {}).items() if k in OUTCOMES}
+    except (ValueError, AttributeError, TypeError):
         return {}
 
 
-def parse_needs(text: str, env: str) -> dict:
-    """``ci-needs``: the jobs in ``${{ toJSON(needs) }}``, read from the environment variable ``env``."""
+def cases(doc: dict) -> list[dict]:
+    """The cases that are not SAME, as ci.json lists them (the trusted renderer validates them again)."""
+    out = []
     try:
-        needs = json.loads(text)
-    except ValueError:
-        raise BadInput(f"ci-needs: ${env} is not JSON (set it to ${{{{ toJSON(needs) }}}})") from None
-    if not isinstance(needs, dict) or not needs:
-        raise BadInput(f"ci-needs: ${env}: expected a non-empty JSON object of jobs")
-    return needs
+        for c in (doc.get("comparison") or {}).get("cases") or ():
+            if c.get("verdict") != "SAME" and len(out) < MAX_CASES:
+                out.append({k: c.get(k) for k in ("kernel", "dtype", "case_id", "verdict", "ratio", "ratio_lo",
+                                                   "ratio_hi")})
+    except (AttributeError, TypeError):
+        return []
+    return out
 
 
-def needs_code(needs: dict) -> int:
-    """0 when every needed job succeeded or was skipped (nothing affected), else 1; one line per job."""
-    bad = 0
-    for name, job in sorted(needs.items()):
-        result = job.get("result") if isinstance(job, dict) else None
-        ok = result in ("success", "skipped")
-        bad += not ok
-        print(f"{name}: {result}{'' if ok else '  <- fails the gate'}")
-    return 1 if bad else 0
+def manifest(root: Path = HARNESS_ROOT) -> dict[str, str]:
+    """sha256 of every file of the harness package at ``root`` (bytecode caches left out)."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> tuple[str, ...]:
+    return tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
 
 
 # ----------------------------------------------------------------------------- the ci-gpu run
@@ -148,18 +144,23 @@ class CiRun:
     kernel_list: str              # --kernels: comma list; "" = none affected
     out: Path
     runner: str = "local"
-    event: str | None = None      # the event payload's file ($GITHUB_EVENT_PATH)
+    authorization: str | None = None  # the trusted authorize job's decision (a file); None: nightly, by hand
+    candidate: str | None = None  # the pull request's head: the gate's PR side (None: this working tree)
+    tests_dir: Path | None = None  # where the full-tier tests run (the candidate tree; None: here)
     step_summary: str | None = None
     tier: str = "full"
     tests_timeout: float = 2400.0
     gate_timeout: float = 2400.0
     python: str = sys.executable
+    harness_root: Path = HARNESS_ROOT
     # filled by the steps
     kernels: tuple[str, ...] = ()
-    acceptance: Acceptance = Acceptance(False, "", "")
+    auth: Decision | None = None
+    hashes: dict = field(default_factory=dict)
+    tampered: tuple[str, ...] = ()
     tests_rc: int | None = None   # None: not run
     gate_rc: int | None = None
-    counts: dict = field(default_factory=dict)
+    compare: dict = field(default_factory=dict)
     compare_md: str = ""
     outcome: Outcome | None = None
     report: str = ""
@@ -176,16 +177,22 @@ def check_inputs(run: CiRun) -> CiRun:
     return replace(run, kernels=kernels)
 
 
-def read_acceptance(run: CiRun) -> CiRun:
-    if not run.event:
-        return replace(run, acceptance=acceptance({}))
+def read_auth(run: CiRun) -> CiRun:
+    """The authorization, read before any pull-request code runs (a child cannot rewrite it first)."""
+    if not run.authorization:
+        return run
     try:
-        doc = json.loads(Path(run.event).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"--event {run.event}: unreadable: {exc}") from None
-    if not isinstance(doc, dict):
-        raise BadInput(f"--event {run.event}: expected a JSON object")
-    return replace(run, acceptance=acceptance(doc))
+        text = Path(run.authorization).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"--authorization {run.authorization}: unreadable: {exc.strerror}") from None
+    auth = read_authorization(text, f"--authorization {run.authorization}")
+    if not auth.run:
+        raise BadInput(f"--authorization {run.authorization}: does not authorize a run ({auth.why})")
+    return replace(run, auth=auth)
+
+
+def snapshot(run: CiRun) -> CiRun:
+    return replace(run, hashes=manifest(run.harness_root))
 
 
 def make_out(run: CiRun) -> CiRun:
@@ -193,38 +200,56 @@ def make_out(run: CiRun) -> CiRun:
     return run
 
 
+def _checked(run: CiRun) -> tuple[str, ...]:
+    if not run.hashes:  # no snapshot step ran (a step tested alone): nothing to compare with
+        return run.tampered
+    return run.tampered or changed(run.hashes, manifest(run.harness_root))
+
+
 def run_tests(run: CiRun) -> CiRun:
     if not run.kernels:
         return run
     rc = _run([run.python, "-m", "pytest", "specs", "--tier", run.tier, "--kernel", ",".join(run.kernels), "-q",
-               "-rfEs", "-p", "no:cacheprovider"], run.out / "tests.log", run.tests_timeout)
-    return replace(run, tests_rc=rc)
+               "-rfEs", "-p", "no:cacheprovider"], run.out / "tests.log", run.tests_timeout, cwd=run.tests_dir)
+    run = replace(run, tests_rc=rc)
+    return replace(run, tampered=_checked(run))
 
 
 def run_gate(run: CiRun) -> CiRun:
-    if not run.kernels:
+    if not run.kernels or run.tampered:
         return run
     gate = run.out / "gate"
+    extra = ["--candidate", run.candidate] if run.candidate else []
+    accepted = run.auth.accepted("policy") if run.auth else None
+    if accepted and run.candidate:
+        extra += ["--accept-policy", run.auth.sha]
     rc = _run([run.python, "-m", "harness", "bench", "--against", run.against, "--kernel", ",".join(run.kernels),
-               "--out", str(gate)], run.out / "gate.log", run.gate_timeout)
+               *extra, "--out", str(gate)], run.out / "gate.log", run.gate_timeout)
     md = gate / "compare.md"
-    return replace(run, gate_rc=rc, counts=counts(gate / "compare.json"),
-                   compare_md=md.read_text(encoding="utf-8") if md.is_file() else "")
+    run = replace(run, gate_rc=rc, compare=read_compare(gate / "compare.json"),
+                  compare_md=md.read_text(encoding="utf-8", errors="replace") if md.is_file() else "")
+    return replace(run, tampered=_checked(run))
 
 
 def decide_outcome(run: CiRun) -> CiRun:
-    return replace(run, outcome=decide(run.tests_rc, run.gate_rc, run.counts, run.acceptance))
+    auth = run.auth
+    return replace(run, outcome=decide(run.tests_rc, run.gate_rc, counts(run.compare),
+                                       auth.accepted("regression") if auth else None, tampered=run.tampered))
+
+
+def ci_doc(run: CiRun) -> dict:
+    """ci.json: what the gate job reads (as data it validates, never trusting the verdict in it)."""
+    return {"format": CI_FORMAT, "runner": run.runner, "kernels": list(run.kernels), "against": run.against,
+            "sha": run.auth.sha if run.auth else "", "tests_exit": run.tests_rc, "gate_exit": run.gate_rc,
+            "counts": counts(run.compare), "cases": cases(run.compare), "tampered": list(run.tampered),
+            **asdict(run.outcome)}
 
 
 def write_report(run: CiRun) -> CiRun:
-    """report.md (the job's report) and ci.json (what the comment job reads)."""
-    text = report_text(run.runner, run.outcome, run.acceptance, tests_line(run.tests_rc), run.compare_md)
+    """report.md (the job's report) and ci.json (what the gate job reads)."""
+    text = report_text(run.runner, run.outcome, run.auth, tests_line(run.tests_rc), run.compare_md)
     (run.out / "report.md").write_text(text, encoding="utf-8")
-    acc = run.acceptance
-    doc = {"format": CI_FORMAT, "runner": run.runner, "kernels": list(run.kernels), "against": run.against,
-           "tests_exit": run.tests_rc, "gate_exit": run.gate_rc, "counts": run.counts, **asdict(run.outcome),
-           "acceptance": {**asdict(acc), "accepted": acc.accepted}}
-    (run.out / "ci.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (run.out / "ci.json").write_text(json.dumps(ci_doc(run), indent=1) + "\n", encoding="utf-8")
     return replace(run, report=text)
 
 
@@ -241,15 +266,16 @@ def print_decision(run: CiRun) -> CiRun:
     return run
 
 
-STEPS = (check_inputs, read_acceptance, make_out, run_tests, run_gate, decide_outcome, write_report,
+STEPS = (check_inputs, read_auth, snapshot, make_out, run_tests, run_gate, decide_outcome, write_report,
          write_step_summary, print_decision)
 
 
-def _run(cmd: list[str], log: Path, timeout: float) -> int:
-    """Run ``cmd``, its output to our stdout and to ``log``; 124 when it ran past ``timeout``."""
+def _run(cmd: list[str], log: Path, timeout: float, cwd: Path | None = None) -> int:
+    """Run ``cmd`` (in ``cwd``), its output to our stdout and to ``log``; 124 when it ran past ``timeout``."""
     print("ci-gpu: $ " + " ".join(cmd), flush=True)
     with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                cwd=cwd)
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
