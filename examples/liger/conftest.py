@@ -1,7 +1,8 @@
 """The defects the harness finds in Liger-Kernel 0.8.5 are expected failures, each with its message.
 
-known_defects.toml lists them. For every generated item (``specs/<kernel>.toml::<kernel>[...]``) this plugin
-looks up the first defect whose ``items`` patterns name it:
+known_defects.toml lists them. For every generated item (``specs/<kernel>.toml::<kernel>[...]``: a case, or an
+op item such as ``<kernel>[liger-fp32-opcheck]``) this plugin looks up the first defect whose ``items``
+patterns name it:
 
 - named, and the item fails with a first line that ``match`` (a regex, searched) accepts: reported as xfailed,
   the reason naming the defect and quoting the message;
@@ -63,7 +64,8 @@ def _first_line(report) -> str:
 
 
 def _generated(item) -> bool:
-    return hasattr(item, "spec") and hasattr(item, "case")  # the harness's KernelCaseItem
+    # the harness's KernelCaseItem (a case) and OpCheckItem (opcheck, compile)
+    return hasattr(item, "spec") and (hasattr(item, "case") or hasattr(item, "kind"))
 
 
 _KEY = pytest.StashKey[dict]()

@@ -29,13 +29,37 @@ _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.fl
 
 @dataclass(frozen=True)
 class Arguments:
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor]   # the tensors the call passes: an absent optional input is not among them
     params: dict[str, object]
     env: dict[str, object]
     guards: dict[str, Guard] = field(default_factory=dict)  # by tensor name: where each sits in its allocation
+    absent: tuple[str, ...] = ()       # optional inputs the case leaves out: passed as None, never touched
 
     def kwargs(self) -> dict:
-        return {**self.tensors, **self.params}
+        return {**self.tensors, **dict.fromkeys(self.absent), **self.params}
+
+    def passed(self, tensors) -> tuple[Tensor, ...]:
+        """Those of ``tensors`` (spec tensors) this call passes: what the checks look at."""
+        return tuple(t for t in tensors if t.name in self.tensors)
+
+
+def returned_outputs(spec: Spec, value, absent=()) -> dict:
+    """What a call returned, by written tensor name: {} for None (it wrote its arguments), a tensor for the
+    single written one, a tuple in ``spec.written`` order or a dict by name (an absent optional input left
+    out). Peers whose library returns new tensors return them, so their timing holds no copy into the
+    harness's buffers; the checks and the op (:mod:`harness.correctness.ops`) read them the same way."""
+    names = [t.name for t in spec.written if t.name not in absent]
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if sorted(value) != sorted(names):
+            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
+                            f"{', '.join(names)}")
+        return dict(value)
+    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
+    if len(value) != len(names):
+        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
+    return dict(zip(names, value, strict=True))
 
 
 def case_seed(spec: Spec, dtype: str, case: Case, base_seed: int = 0) -> int:
@@ -48,16 +72,18 @@ def tensor_dtype(t: Tensor, dtype: str) -> torch.dtype:
 
 
 def shape_of(t: Tensor, env: dict) -> tuple[int, ...]:
-    return tuple(int(d(env)) for d in t.shape)
+    return tuple(int(d) for d in t.dims(env))
 
 
 def full_env(spec: Spec, case: Case, dtype: str) -> dict:
-    """The case's symbols plus what rooflines may use: itemsize, numel_<t>, bytes_<t>."""
+    """The case's symbols plus what rooflines may use: itemsize, numel_<t>, bytes_<t> (0 for a tensor the case
+    leaves out)."""
     env = spec.env(case)
     env["itemsize"] = TORCH_DTYPES[dtype].itemsize
+    passed = {t.name for t in spec.present(env)}
     for t in spec.tensors:
         numel = 1
-        for n in shape_of(t, env):
+        for n in shape_of(t, env) if t.name in passed else (0,):
             numel *= n
         env[f"numel_{t.name}"] = numel
         env[f"bytes_{t.name}"] = numel * tensor_dtype(t, dtype).itemsize
@@ -85,8 +111,10 @@ def make_args(spec: Spec, case: Case, dtype: str, device, seed: int, layout: str
     layout = case.layout if layout is None else layout
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    tensors, guards = {}, {}
+    tensors, guards, passed = {}, {}, {t.name for t in spec.present(env)}
     for i, t in enumerate(spec.tensors):
+        if t.name not in passed:
+            continue
         shape, tdtype = shape_of(t, env), tensor_dtype(t, dtype)
         if t.output:
             tensors[t.name], guards[t.name] = allocate(shape, tdtype, device, pattern=pad_pattern(i))
@@ -97,19 +125,22 @@ def make_args(spec: Spec, case: Case, dtype: str, device, seed: int, layout: str
             x = value_set(case.value_set, t, x, env, seed)
         tensors[t.name], guards[t.name] = _copy_into(x, tdtype, "contiguous" if t.contiguous else layout,
                                                      pad_pattern(i))
-    params = {name: p(env) for name, p in spec.params.items()}
-    return Arguments(tensors, params, env, guards)
+    absent = tuple(t.name for t in spec.tensors if t.name not in passed)
+    return Arguments(tensors, spec.param_values(env), env, guards, absent)
 
 
 def meta_args(spec: Spec, case: Case, dtype: str) -> dict:
     """The case's arguments as meta tensors in the case's layout: shapes and strides, no memory (what the
     ahead-of-time matrix records launches with; aot is handed this function, as it may not import correctness)."""
     env = full_env(spec, case, dtype)
-    out = {}
+    out, passed = {}, {t.name for t in spec.present(env)}
     for t in spec.tensors:
+        if t.name not in passed:
+            out[t.name] = None
+            continue
         x = torch.empty(shape_of(t, env), dtype=tensor_dtype(t, dtype), device="meta")
         out[t.name] = x if t.output or t.contiguous else strided_like(x, case.layout)
-    return {**out, **{n: p(env) for n, p in spec.params.items()}}
+    return {**out, **spec.param_values(env)}
 
 
 def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) -> Arguments:
@@ -126,7 +157,7 @@ def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) ->
             tensors[name] = y
         else:
             tensors[name], guards[name] = _copy_into(x, target, want, pad_pattern(i))
-    return Arguments(tensors, dict(args.params), args.env, guards)
+    return Arguments(tensors, dict(args.params), args.env, guards, args.absent)
 
 
 def reference_dtype(dtype: torch.dtype, case_dtype: str, precision: str = "upcast") -> torch.dtype:

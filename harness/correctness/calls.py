@@ -29,7 +29,7 @@ def _other_inputs(run) -> Arguments:
 
 
 def _write_inputs(args: Arguments, values: Arguments, spec) -> None:
-    for t in spec.inputs:
+    for t in args.passed(spec.inputs):
         args.tensors[t.name].copy_(values.tensors[t.name])
 
 
@@ -49,7 +49,7 @@ def _reference_of(run, values: Arguments) -> dict:
 
 def _compare(name: str, run, got: dict, ref: dict, what: str) -> None:
     c = run.ctx
-    for t in c.spec.written:
+    for t in run.args.passed(c.spec.written):
         problem = mismatch(got[t.name], ref[t.name], c.spec.tolerance(c.dtype, t.name, c.case))
         if problem:
             raise CheckFailure(name, f"{t.name}: {what}: {problem}")

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.correctness import behaviour, calls, guards, numerics, poison  # noqa: F401 - they register the checks
-from harness.correctness.args import Arguments, clone_args, is_zero_size, make_args, reference_args
+from harness.correctness.args import (
+    Arguments,
+    clone_args,
+    is_zero_size,
+    make_args,
+    reference_args,
+    returned_outputs,
+    shape_of,
+)
 from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - bitwise_equal re-exported
 from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order
 from harness.spec.model import Case, Spec
@@ -58,24 +66,6 @@ def call(fn: Callable, args: Arguments, device: str):
     return value
 
 
-def returned_outputs(spec: Spec, value) -> dict:
-    """What a call returned, by written tensor name: {} for None (it wrote its arguments), a tensor for the
-    single written one, a tuple in ``spec.written`` order or a dict by name. Peers whose library returns new
-    tensors return them, so their timing holds no copy into the harness's buffers."""
-    names = [t.name for t in spec.written]
-    if value is None:
-        return {}
-    if isinstance(value, dict):
-        if sorted(value) != sorted(names):
-            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
-                            f"{', '.join(names)}")
-        return dict(value)
-    value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-    if len(value) != len(names):
-        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
-    return dict(zip(names, value, strict=True))
-
-
 REFERENCE = "reference"
 # What can fail when the reference backend is the kernel under test and no oracle is declared: the reference
 # would be its own oracle, so numerics, NaN/Inf, poison and determinism compare it with itself.
@@ -94,7 +84,7 @@ def reference_can_fail(spec: Spec, case: Case) -> bool:
     if spec.oracle or case.layout != "contiguous":
         return True
     env = spec.env(case)
-    return any(int(d(env)) == 0 for t in spec.tensors for d in t.shape)
+    return any(0 in shape_of(t, env) for t in spec.present(env))
 
 
 def checks_for(spec: Spec, backend: str) -> frozenset[str] | None:
@@ -153,8 +143,8 @@ class TimedCheck:
             poison.poison(self.args.tensors[t.name], 0)
 
     def verify(self) -> None:
-        returned = returned_outputs(self.spec, self.value)
-        for t in self.spec.written:
+        returned = returned_outputs(self.spec, self.value, self.args.absent)
+        for t in self.args.passed(self.spec.written):
             if t.inplace and t.name not in returned:
                 continue  # an in-place input holds the result of every call so far, not of one
             got = returned.get(t.name, self.args.tensors[t.name])
@@ -200,16 +190,16 @@ class CaseRun:
             else:
                 self.main_error = exc  # the declared behaviour for a layout the spec does not list
         self.got = self._written(self.args, value) if self.zero_size_error is None else {}
-        self.returned = frozenset(returned_outputs(spec, value))
+        self.returned = frozenset(returned_outputs(spec, value, self.args.absent))
 
     def _written(self, args: Arguments, value=None) -> dict[str, torch.Tensor]:
-        returned = returned_outputs(self.ctx.spec, value)
+        returned = returned_outputs(self.ctx.spec, value, args.absent)
         for name, x in returned.items():
             want = tuple(args.tensors[name].shape)
             if not isinstance(x, torch.Tensor) or tuple(x.shape) != want:
                 got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
                 raise CheckFailure("numerics", f"{name}: returned {got}, expected shape {want}")
-        return {t.name: returned.get(t.name, args.tensors[t.name]) for t in self.ctx.spec.written}
+        return {t.name: returned.get(t.name, args.tensors[t.name]) for t in args.passed(self.ctx.spec.written)}
 
     @functools.cached_property
     def ref(self) -> dict[str, torch.Tensor]:

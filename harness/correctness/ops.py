@@ -1,11 +1,12 @@
 """A spec's backends as PyTorch custom ops, derived from the spec alone: nothing is written per kernel.
 
 ``register(spec, backend)`` defines ``kernel_harness::<kernel>_<backend>``: its schema takes the spec's inputs
-(in-place ones marked mutable) and params, and returns its outputs. The op allocates the outputs (shapes from
-the spec's output expressions, the symbols bound from the actual input sizes), calls the implementation by
-the calling convention and returns them; the fake implementation allocates the same, so SymInt sizes flow
-through the shape arithmetic and dynamic shapes work under torch.compile. A spec's ``[kernel] op`` names the
-kernel's own registration instead (:func:`kernel_op`).
+(in-place ones marked mutable, optional ones ``Tensor?``) and params (optional ones ``float?``), and returns its
+outputs. The op allocates the outputs (shapes from the spec's output expressions, the symbols bound from the
+actual input sizes), calls the implementation by the calling convention and returns what it wrote, or what
+it returned (:func:`~harness.correctness.args.returned_outputs`); the fake implementation allocates the same,
+so SymInt sizes flow through the shape arithmetic and dynamic shapes work under torch.compile. A spec's
+``[kernel] op`` names the kernel's own registration instead (:func:`kernel_op`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 
 import torch
 
-from harness.correctness.args import TORCH_DTYPES, shape_of
+from harness.correctness.args import TORCH_DTYPES, returned_outputs, shape_of
 from harness.spec import expr as ex
 from harness.spec.imports import resolve_import
 from harness.spec.model import Spec
@@ -65,8 +66,9 @@ def register(spec: Spec, backend: str):
     def real(*args, **kwargs):
         values = named(args, kwargs)
         outs = allocate(spec, values)
-        fn(**values, **outs)
-        return _returns(outs)
+        value = fn(**values, **outs)
+        absent = [t.name for t in spec.inputs if values[t.name] is None]
+        return _returns(_results(spec, values, outs, returned_outputs(spec, value, absent)))
 
     def fake(*args, **kwargs):
         return _returns(allocate(spec, named(args, kwargs)))
@@ -77,19 +79,47 @@ def register(spec: Spec, backend: str):
     return opdef._opoverload
 
 
+def _results(spec: Spec, values: dict, outs: dict, returned: dict) -> dict[str, torch.Tensor]:
+    """The op's outputs from a call that wrote ``outs`` or returned ``returned``. An in-place input returned
+    as another tensor is copied into the input: the schema says the op mutates it."""
+    for t in spec.inputs:
+        x, y = values[t.name], returned.get(t.name)
+        if t.inplace and y is not None and not _same_view(x, y):
+            x.copy_(y)
+    results, storages = {}, {_storage(x) for x in values.values() if isinstance(x, torch.Tensor)}
+    for t in spec.outputs:
+        y = returned.get(t.name, outs[t.name])
+        if _storage(y) in storages:
+            # custom_op forbids an output that aliases an input or another output (a library that returns its
+            # input, or a view of it, unchanged): a clone here, where no timing runs, keeps its values
+            y = y.clone()
+        storages.add(_storage(y))
+        results[t.name] = y
+    return results
+
+
+def _storage(x: torch.Tensor) -> int:
+    return x.untyped_storage().data_ptr()
+
+
+def _same_view(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return (x.data_ptr(), x.shape, x.stride(), x.dtype) == (y.data_ptr(), y.shape, y.stride(), y.dtype)
+
+
 def op_schema(spec: Spec) -> str:
-    """``(Tensor x, Tensor(a!) residual, float eps) -> (Tensor, Tensor)``: inputs, params, outputs."""
+    """``(Tensor x, Tensor(a!) residual, Tensor? weight, float eps) -> (Tensor, Tensor)``: inputs, params,
+    outputs."""
     args, mutated = [], 0
     for t in spec.inputs:
-        args.append(f"Tensor({_alias(mutated)}!) {t.name}" if t.inplace else f"Tensor {t.name}")
+        kind = f"Tensor({_alias(mutated)}!)" if t.inplace else "Tensor"
+        args.append(f"{kind}{'?' if t.present is not None else ''} {t.name}")
         mutated += t.inplace
-    env = _example_env(spec)
-    for name, p in spec.params.items():
-        value = p(env)
+    for name in spec.params:
+        value = next((v for env in _envs(spec) if (v := spec.param_values(env)[name]) is not None), None)
         kind = next((s for cls, s in _SCHEMA_TYPES if isinstance(value, cls)), None)
         if kind is None:
             raise OpRegistrationError(f"{spec.path}: params.{name}: {value!r} is no int, float, bool or str")
-        args.append(f"{kind} {name}")
+        args.append(f"{kind}{'?' if name in spec.param_present else ''} {name}")
     outs = ["Tensor"] * len(spec.outputs)
     returns = "()" if not outs else outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
     return f"({', '.join(args)}) -> {returns}"
@@ -109,11 +139,10 @@ def _base26(i: int) -> str:
             return digits
 
 
-def _example_env(spec: Spec) -> dict:
-    case = next((c for tier in ("edge", "ci") for c in spec.cases.get(tier, ())), None)
-    if case is None:
-        case = next(c for cases in spec.cases.values() for c in cases)
-    return spec.env(case)
+def _envs(spec: Spec):
+    """The cases' symbols, the edge and ci cases first: where a param's type is read (one where it is passed)."""
+    tiers = ("edge", "ci") + tuple(t for t in spec.cases if t not in ("edge", "ci"))
+    return (spec.env(c) for tier in tiers for c in spec.cases.get(tier, ()))
 
 
 def bind(spec: Spec, values: dict) -> dict:
@@ -121,8 +150,9 @@ def bind(spec: Spec, values: dict) -> dict:
 
     A dimension that is a bare symbol binds it; one with a single unknown symbol, linear in it ("2 * d"),
     solves for it; then the spec's derived symbols and defaults fill in what is left."""
-    env = {bare_symbol(p): values[n] for n, p in spec.params.items() if bare_symbol(p)}
-    dims = [(t, i, d, values[t.name].shape[i]) for t in spec.inputs for i, d in enumerate(t.shape)]
+    env = {bare_symbol(p): values[n] for n, p in spec.params.items() if bare_symbol(p) and values[n] is not None}
+    dims = [(t, i, d, values[t.name].shape[i]) for t in spec.inputs if values[t.name] is not None
+            for i, d in enumerate(t.shape)]
     for _t, _i, d, size in dims:
         if bare_symbol(d):
             env.setdefault(bare_symbol(d), size)
@@ -159,7 +189,7 @@ def allocate(spec: Spec, values: dict) -> dict[str, torch.Tensor]:
     """Empty outputs for the inputs in ``values``: the declared shapes and dtypes, on the inputs' device."""
     if not spec.outputs:
         return {}
-    tensors = [(t, values[t.name]) for t in spec.inputs]
+    tensors = [(t, values[t.name]) for t in spec.inputs if values[t.name] is not None]
     env = bind(spec, values)
     case_dtype = next((x.dtype for t, x in tensors if t.dtype == "case"), None)
     if case_dtype is None and len(spec.dtypes) == 1:  # every input fixed (FP8 operands): one case dtype to take
@@ -168,7 +198,7 @@ def allocate(spec: Spec, values: dict) -> dict[str, torch.Tensor]:
     outs = {}
     for t in spec.outputs:
         dtype = case_dtype if t.dtype == "case" else TORCH_DTYPES[t.dtype]
-        outs[t.name] = torch.empty([d(env) for d in t.shape], dtype=dtype, device=device)
+        outs[t.name] = torch.empty(list(t.dims(env)), dtype=dtype, device=device)
     return outs
 
 
@@ -186,8 +216,10 @@ def _check_shapes(spec: Spec) -> None:
                                   "to take it from, or a kernel with one dtype")
     for case in (c for cases in spec.cases.values() for c in cases):
         env = spec.env(case)
-        values = {t.name: torch.empty(shape_of(t, env), device="meta") for t in spec.inputs}
-        values.update({n: p(env) for n, p in spec.params.items()})
+        passed = {t.name for t in spec.present(env)}
+        values = {t.name: torch.empty(shape_of(t, env), device="meta") if t.name in passed else None
+                  for t in spec.inputs}
+        values.update(spec.param_values(env))
         for t in spec.outputs:
             try:
                 got = tuple(allocate(spec, values)[t.name].shape)

@@ -1,7 +1,9 @@
 """Safe arithmetic expressions over shape symbols, used for shapes, params, values and rooflines.
 
 Expressions are parsed once with :mod:`ast` and checked against a whitelist, so a spec can never run
-arbitrary code; evaluation is a small tree walk.
+arbitrary code; evaluation is a small tree walk. String literals may be compared (``reduction == 'none'``)
+but take no arithmetic (``'%s' % x`` or ``'a' * n`` would format or allocate); list and tuple literals are
+allowed only where a whole shape is evaluated (``parse(..., lists=True)``) and take only ``+``.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def parse(source: object, *, functions: dict | None = None) -> Expr:
-    """Parse ``source`` (a string, or a number / bool taken literally) into an :class:`Expr`."""
+def parse(source: object, *, functions: dict | None = None, lists: bool = False) -> Expr:
+    """Parse ``source`` (a string, or a number / bool taken literally) into an :class:`Expr`; ``lists``: list
+    and tuple literals are allowed (a shape whose rank depends on the case: ``"[BT] if r == 'none' else []"``)."""
     if isinstance(source, (bool, int, float)):
         source = repr(source)
     if not isinstance(source, str):
@@ -90,8 +93,10 @@ def parse(source: object, *, functions: dict | None = None) -> Expr:
         elif isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in allowed_calls or node.keywords:
                 raise ExprError(f"{_show(source)}: only calls of {sorted(allowed_calls)} are allowed")
-        elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):  # str, None, 1j
-            raise ExprError(f"{_show(source)}: only numbers are allowed, got {_clip(repr(node.value))}")
+        elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)):  # None, 1j, b''
+            raise ExprError(f"{_show(source)}: only numbers and strings are allowed, got {_clip(repr(node.value))}")
+        elif isinstance(node, (ast.List, ast.Tuple)) and not lists:
+            raise ExprError(f"{_show(source)}: a list is allowed only as a whole shape (shape = \"[a, b]\")")
         elif not isinstance(node, _ALLOWED_NODES):
             raise ExprError(f"{_show(source)}: {type(node).__name__} is not allowed in an expression")
     call_names = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -102,7 +107,7 @@ def parse(source: object, *, functions: dict | None = None) -> Expr:
 
 _ALLOWED_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Constant, ast.Name, ast.Load,
-    ast.IfExp, ast.USub, ast.UAdd, ast.Not, ast.And, ast.Or, *_BINOPS, *_CMPOPS,
+    ast.IfExp, ast.USub, ast.UAdd, ast.Not, ast.And, ast.Or, ast.List, ast.Tuple, *_BINOPS, *_CMPOPS,
 )
 _LITERALS = {"true": True, "false": False, "True": True, "False": False}
 
@@ -125,8 +130,15 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
         if node.id in _LITERALS:
             return _LITERALS[node.id]
         raise ExprError(f"{_show(source)}: undefined symbol {node.id!r}")
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, env, source) for e in node.elts]
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env, source), _eval(node.right, env, source)
+        if isinstance(left, (str, list)) or isinstance(right, (str, list)):
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right  # shapes concatenated: "[B] + ([H] if heads else [])"
+            raise ExprError(f"{_show(source)}: arithmetic on {_clip(repr(left))} and {_clip(repr(right))}: strings "
+                            "can only be compared, lists only concatenated with +")
         if (isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and right > 0
                 and right * max(abs(left).bit_length() - 1, 0) > MAX_INT_BITS):
             raise ExprError(f"{_show(source)}: an integer larger than 2**{MAX_INT_BITS}")  # before computing it
@@ -139,7 +151,10 @@ def _eval(node: ast.AST, env: dict, source: str) -> object:
         return _number(value, source)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, source)
-        return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}[type(node.op)](value)
+        try:
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}[type(node.op)](value)
+        except TypeError as exc:  # -'none', -[1]
+            raise ExprError(f"{_show(source)}: {exc}") from None
     if isinstance(node, ast.BoolOp):
         values = [_eval(v, env, source) for v in node.values]
         return all(values) if isinstance(node.op, ast.And) else any(values)

@@ -118,10 +118,10 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         if _is_table(r, p, f"peers.{n}"):
             r.keys(p, ["impl", "requires"], f"peers.{n}", required=["impl"])
             peers[n] = Peer(n, _import_path(r, p, f"peers.{n}"), r.str_list(p, "requires", f"peers.{n}"))
-    params = {}
+    params, param_present = {}, {}
     for n, p in r.table(raw, "params", "").items():
         if _is_table(r, p, f"params.{n}"):
-            r.keys(p, ["value", "expr"], f"params.{n}")
+            r.keys(p, ["value", "expr", "present"], f"params.{n}")
             if ("value" in p) == ("expr" in p):
                 r.problem(f"params.{n}", "give exactly one of value (a constant) or expr (an expression)")
                 continue
@@ -130,6 +130,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
                 params[n] = ex.constant(v) if v is not None else None
             else:
                 params[n] = _expr(r, p.get("expr"), f"params.{n}.expr")
+            if "present" in p:
+                param_present[n] = _present(r, p, f"params.{n}")
     tensors = [_tensor(r, n, t, False) for n, t in r.table(raw, "inputs", "", required=True).items()
                if _is_table(r, t, f"inputs.{n}")]
     tensors += [_tensor(r, n, t, True) for n, t in r.table(raw, "outputs", "").items()
@@ -158,7 +160,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     roofline = _roofline(r, raw["roofline"]) if isinstance(raw.get("roofline"), dict) else None
     if "roofline" in raw and not isinstance(raw["roofline"], dict):
         r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
-    if None in params.values() or any(t is None for t in tensors):
+    if None in params.values() or None in param_present.values() or any(t is None for t in tensors):
         return None
     return Spec(
         path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
@@ -168,6 +170,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
         op=_import_path(r, k, "kernel", "op") or None, oracle=_import_path(r, k, "kernel", "oracle") or None,
+        param_present=param_present,
     )
 
 
@@ -230,9 +233,9 @@ def _is_table(r: Reader, value, key: str) -> bool:
     return True
 
 
-def _expr(r: Reader, source, key: str, functions=None) -> ex.Expr | None:
+def _expr(r: Reader, source, key: str, functions=None, lists: bool = False) -> ex.Expr | None:
     try:
-        return ex.parse(source, functions=functions)
+        return ex.parse(source, functions=functions, lists=lists)
     except ex.ExprError as exc:
         r.problem(key, f"bad expression: {exc}")
         return None
@@ -270,17 +273,39 @@ def _backend(r: Reader, name: str, b: dict) -> Backend:
                    r.str_list(b, "tools", key), source, build, layouts)
 
 
-def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
-    key = f"{'outputs' if output else 'inputs'}.{name}"
-    allowed = ["shape", "dtype", "tolerance"] + ([] if output else ["values", "inplace", "contiguous", "specials"])
-    r.keys(t, allowed, key, required=["shape"])
-    shape = r.get(t, "shape", list, key, default=[])
+def _present(r: Reader, table: dict, key: str) -> ex.Expr | None:
+    """``present``: an expression over the case's symbols (true or false at each case, which semantics checks)."""
+    source = r.get(table, "present", (bool, str), key)
+    return None if source is None else _expr(r, source, f"{key}.present")
+
+
+def _shape(r: Reader, t: dict, key: str) -> tuple[list, ex.Expr | None]:
+    """(one expression per dimension, None), or ([], one expression giving the list of them)."""
+    shape = r.get(t, "shape", (list, str), key, default=[])
+    if isinstance(shape, str):  # a rank that depends on the case: "[BT, V] if reduction == 'none' else []"
+        whole = _expr(r, shape, f"{key}.shape", lists=True)
+        return ([], whole) if whole is not None else ([None], None)
     dims = []
     for i, d in enumerate(shape):
         if isinstance(d, bool) or not isinstance(d, (str, int)):
             r.problem(f"{key}.shape[{i}]", f"expected a symbol expression or an integer, got {describe(d)}")
             continue
         dims.append(_expr(r, d, f"{key}.shape[{i}]"))
+    return dims, None
+
+
+def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
+    key = f"{'outputs' if output else 'inputs'}.{name}"
+    allowed = ["shape", "dtype", "tolerance"] + ([] if output else ["values", "inplace", "contiguous", "specials",
+                                                                   "present"])
+    r.keys(t, allowed, key, required=["shape"])
+    if not output and isinstance(t.get("shape"), str):
+        r.problem(f"{key}.shape", "expected a list of dimensions: a whole-shape expression is for outputs (an "
+                                  "input's dimensions are what the op binds the symbols from)")
+        dims, whole = [None], None
+    else:
+        dims, whole = _shape(r, t, key)
+    present = _present(r, t, key) if "present" in t else None
     dtype = r.get(t, "dtype", str, key, default="case")
     if dtype != "case" and dtype not in DTYPES:
         r.problem(f"{key}.dtype", f'unknown dtype "{dtype}"{did_you_mean(dtype, DTYPES)}')
@@ -303,10 +328,10 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
                                               f'(one of {", ".join(VALUE_SETS)})')
         elif v != "zero_rows" and not is_float:
             r.problem(f"{key}.specials[{i}]", f'"{v}" needs a floating-point tensor')
-    if None in dims or values is None and not output:
+    if None in dims or values is None and not output or "present" in t and present is None:
         return None
     return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()), inplace,
-                  r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials)
+                  r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials, present, whole)
 
 
 def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:

@@ -105,7 +105,7 @@ class Distribution:
 @dataclass(frozen=True)
 class Tensor:
     name: str
-    shape: tuple[ex.Expr, ...]
+    shape: tuple[ex.Expr, ...]      # one expression per dimension; () where `shape_expr` gives the whole shape
     dtype: str                      # "case" or a fixed dtype name
     values: Distribution
     inplace: bool = False
@@ -113,10 +113,33 @@ class Tensor:
     output: bool = False
     tolerance: Tolerance | None = None   # this tensor's own, at every case dtype
     specials: tuple[str, ...] = ()        # VALUE_SETS this input is also tested with
+    # An optional input: where this is false the implementation and the reference get None for it, and no
+    # check, guard or poison touches it (None: always passed).
+    present: ex.Expr | None = None
+    # An output whose rank depends on the case: one expression evaluating to the list of dimensions
+    # ("[BT, V] if reduction == 'none' else []"), instead of one expression per dimension.
+    shape_expr: ex.Expr | None = None
 
     @property
     def fixed_dtype(self) -> str | None:
         return None if self.dtype == "case" else self.dtype
+
+    @property
+    def shape_exprs(self) -> tuple[ex.Expr, ...]:
+        """Every expression the shape is made of."""
+        return self.shape if self.shape_expr is None else (self.shape_expr,)
+
+    def dims(self, env: dict) -> tuple:
+        """The shape's dimensions at a case, as the expressions give them (semantics checks they are sizes)."""
+        if self.shape_expr is None:
+            return tuple(d(env) for d in self.shape)
+        value = self.shape_expr(env)
+        if not isinstance(value, list):
+            raise ex.ExprError(f"{self.shape_expr.source!r}: a shape must be a list of dimensions, got {value!r}")
+        return tuple(value)
+
+    def is_present(self, env: dict) -> bool:
+        return self.present is None or self.present(env) is True
 
 
 @dataclass(frozen=True)
@@ -215,6 +238,8 @@ class Spec:
     gate: GateRule | None = None
     op: str | None = None           # "module:attr" of the kernel's own torch op; None: the harness registers one
     oracle: str | None = None       # an independent implementation the reference backend is checked against
+    # Optional params: name -> the expression saying where it is passed (elsewhere it is None).
+    param_present: dict[str, ex.Expr] = dataclasses.field(default_factory=dict)
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -228,6 +253,15 @@ class Spec:
     def written(self) -> tuple[Tensor, ...]:
         """Everything the kernel writes: outputs and in-place inputs."""
         return tuple(t for t in self.tensors if t.output or t.inplace)
+
+    def present(self, env: dict) -> tuple[Tensor, ...]:
+        """The tensors a case passes: all but the optional inputs whose ``present`` is false there."""
+        return tuple(t for t in self.tensors if t.is_present(env))
+
+    def param_values(self, env: dict) -> dict[str, object]:
+        """Every param's value at a case; an optional param whose ``present`` is false there is None."""
+        return {n: p(env) if n not in self.param_present or self.param_present[n](env) is True else None
+                for n, p in self.params.items()}
 
     def tolerance(self, dtype: str, tensor: str | None = None, case: Case | None = None) -> Tolerance:
         """The bound for ``tensor`` (or any written tensor) at case dtype ``dtype``, its expressions evaluated

@@ -17,11 +17,12 @@ def check_semantics(r: Reader, spec) -> None:
     _names(r, known, spec)
     if r.problems:
         return
+    once: set[str] = set()  # keys whose expression is of the wrong kind: reported at the key, at its first case
     for tier, tier_cases in spec.cases.items():
         if tier == "cpu" and [c.given for c in tier_cases] == [c.given for c in spec.cases.get("ci", ())]:
             continue  # the default cpu tier is the ci cases: their problems are reported once, under cases.ci
         for i, case in enumerate(tier_cases):
-            _case(r, spec, case, f"cases.{tier}[{i}]" if tier != "edge" else f"cases.edge ({case.id})")
+            _case(r, spec, case, f"cases.{tier}[{i}]" if tier != "edge" else f"cases.edge ({case.id})", once)
     _edge_coverage(r, spec)
 
 
@@ -33,15 +34,24 @@ def _names(r: Reader, known: set, spec) -> None:
             r.problem(key, f"undefined symbol '{n}'{did_you_mean(n, sorted(known | set(extra)))}")
 
     for name, e in spec.symbols.items():
+        bare = e.source.strip()
+        if bare in e.names - known and not did_you_mean(bare, sorted(known)):  # "mean", meant as the string
+            r.problem(f"cases.symbols.{name}", f"undefined symbol {bare!r} (a string is written as a literal: "
+                                               f"\"'{bare}'\")")
+            continue
         check(e, f"cases.symbols.{name}")
     for i, c in enumerate(spec.constraints):
         check(c, f"cases.constraints[{i}]")
     for name, e in spec.params.items():
         check(e, f"params.{name}")
+    for name, e in spec.param_present.items():
+        check(e, f"params.{name}.present")
     for t in spec.tensors:
         where = f"{'outputs' if t.output else 'inputs'}.{t.name}"
         for i, d in enumerate(t.shape):
             check(d, f"{where}.shape[{i}]")
+        check(t.shape_expr, f"{where}.shape")
+        check(t.present, f"{where}.present")
         for a in t.values.args:
             check(a, f"{where}.values")
     for key, tol in _tolerances(spec):
@@ -61,7 +71,7 @@ def _names(r: Reader, known: set, spec) -> None:
         check(spec.roofline.flops, "roofline.flops", extra)
 
 
-def _case(r: Reader, spec, case, key: str) -> None:
+def _case(r: Reader, spec, case, key: str, once: set[str]) -> None:
     try:
         env = spec.env(case)
         for c in spec.constraints:
@@ -69,8 +79,16 @@ def _case(r: Reader, spec, case, key: str) -> None:
                 r.problem(key, f"breaks constraint {c.source!r}")
         strings = set()
         for t in spec.tensors:
-            for d in t.shape:
-                v = d(env)
+            where = f"{'outputs' if t.output else 'inputs'}.{t.name}"
+            if not _boolean(r, t.present, env, case, f"{where}.present", once):
+                continue  # absent here: nothing of it is allocated, so its shape is not evaluated
+            try:
+                dims = t.dims(env)
+            except ex.ExprError as exc:  # a whole-shape expression that gives no list
+                _once(r, once, f"{where}.shape", f"{exc} (case {case.id})")
+                continue
+            exprs = t.shape if t.shape_expr is None else (t.shape_expr,) * len(dims)
+            for d, v in zip(exprs, dims, strict=True):
                 if isinstance(v, str):  # a string symbol used as a size: once, at the key that set it
                     if d.source not in strings:
                         strings.add(d.source)
@@ -80,8 +98,13 @@ def _case(r: Reader, spec, case, key: str) -> None:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v!r} is not an integer")
                 elif v < 0:
                     r.problem(key, f"{t.name} dimension {d.source!r} = {v} is negative")
-        for p in spec.params.values():
+            for a in t.values.args if not t.output else ():
+                v = a(env)
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    r.problem(key, f"{where}.values: {a.source!r} = {describe(v)} is not a number")
+        for name, p in spec.params.items():
             p(env)
+            _boolean(r, spec.param_present.get(name), env, case, f"params.{name}.present", once)
         for where, tol in _tolerances(spec):
             for field, e in tol.scaled:
                 v = e(env)
@@ -89,6 +112,23 @@ def _case(r: Reader, spec, case, key: str) -> None:
                     r.problem(key, f"{where}.{field} {e.source!r} = {v!r}: a bound must be a finite number >= 0")
     except ex.ExprError as exc:
         r.problem(key, str(exc))
+
+
+def _boolean(r: Reader, e: ex.Expr | None, env: dict, case, where: str, once: set[str]) -> bool:
+    """A ``present`` expression's value at a case (None: always present); anything but a boolean is a problem."""
+    if e is None:
+        return True
+    v = e(env)
+    if not isinstance(v, bool):
+        _once(r, once, where, f"{e.source!r} = {describe(v)} at case {case.id}: must be true or false")
+        return False
+    return v
+
+
+def _once(r: Reader, once: set[str], key: str, message: str) -> None:
+    if key not in once:
+        once.add(key)
+        r.problem(key, message)
 
 
 def _tolerances(spec):
@@ -103,7 +143,7 @@ def _edge_coverage(r: Reader, spec) -> None:
     for case in spec.cases["edge"]:
         try:
             env = spec.env(case)
-            sizes.append({int(d(env)) for t in spec.inputs for d in t.shape})
+            sizes.append({int(d(env)) for t in spec.present(env) if not t.output for d in t.shape})
         except (ex.ExprError, TypeError, ValueError, OverflowError):  # int(inf): reported by _case
             continue
     if sizes and not any(0 in s for s in sizes):

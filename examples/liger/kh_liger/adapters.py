@@ -8,40 +8,21 @@ written order, or a dict by name), and the timing holds no copy into the harness
 buffers the harness passes are left unwritten.
 
 Nothing here works around a Liger defect: a crash, a wrong result or a write out of bounds is Liger's and the
-generated tests report it. What the adapters do translate are the spec language's gaps (README.md, "Gaps in
-the spec language"):
-
-- a string argument that varies by case and decides an output's shape (the losses' reduction) arrives as an
-  integer case symbol, mapped here through a table: expressions have no strings, so a shape cannot test a
-  string symbol (RMSNorm's casting_mode, which decides nothing else, is a string symbol);
-- an optional tensor that is None in some cases (RMSNorm's weight, DyT's beta, JSD's shift_labels) is always
-  allocated by the harness and dropped here when a boolean case symbol says so;
-- an optional float that is None (cross entropy's softcap) arrives as 0.0 and becomes None;
-- a reduced loss is a 0-d tensor while the unreduced one is [BT] or [BT, V]: the spec's output shape cannot
-  change its rank with a parameter, so kl_div's and cross_entropy's reduced losses are returned as views of
-  shape [1, 1] and [1] (JSD, always reduced, keeps its 0-d loss: shape = []).
+generated tests report it. Nor is anything translated: the spec passes Liger's own values (the losses'
+reduction as Liger's string, None for an absent weight, beta, shift_labels or softcap, a reduced loss as
+Liger's 0-d tensor), so each adapter only puts the names in Liger's order.
 
 Liger is imported inside each function, so `python -m harness validate` checks the signatures without it.
 """
 
 from __future__ import annotations
 
-import torch
 
-KL_REDUCTIONS = {0: "none", 1: "sum", 2: "mean", 3: "batchmean"}  # kl_div's `reduction` symbol
-CE_REDUCTIONS = {0: "none", 1: "sum", 2: "mean"}  # cross_entropy's `reduction` symbol
-
-
-def _as(x: torch.Tensor, shape) -> torch.Tensor:
-    """A reduced (0-d) loss as the spec's [1] or [1, 1] output: a view, no copy."""
-    return x.reshape(shape) if tuple(x.shape) != tuple(shape) else x
-
-
-def rms_norm(*, x, weight, y, eps, offset, casting_mode, affine):
-    """liger_kernel.ops.rms_norm.LigerRMSNormFunction(X, W, eps, offset, casting_mode, in_place)."""
+def rms_norm(*, x, weight, y, eps, offset, casting_mode):
+    """liger_kernel.ops.rms_norm.LigerRMSNormFunction(X, W, eps, offset, casting_mode, in_place); W may be None."""
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-    return LigerRMSNormFunction.apply(x, weight if affine else None, eps, offset, casting_mode, False)
+    return LigerRMSNormFunction.apply(x, weight, eps, offset, casting_mode, False)
 
 
 def fused_add_rms_norm(*, x, residual, weight, y, s, eps, offset, casting_mode):
@@ -81,11 +62,11 @@ def geglu(*, a, b, c):
     return LigerGELUMulFunction.apply(a, b)
 
 
-def dyt(*, x, alpha, gamma, beta, y, has_beta):
-    """LigerDyTFunction(x, alpha, gamma, beta): gamma * tanh(alpha * x) + beta, beta optional."""
+def dyt(*, x, alpha, gamma, beta, y):
+    """LigerDyTFunction(x, alpha, gamma, beta): gamma * tanh(alpha * x) + beta, beta optional (None)."""
     from liger_kernel.ops.dyt import LigerDyTFunction
 
-    return LigerDyTFunction.apply(x, alpha, gamma, beta if has_beta else None)
+    return LigerDyTFunction.apply(x, alpha, gamma, beta)
 
 
 def rope(*, q, k, cos, sin):
@@ -106,22 +87,23 @@ def kl_div(*, y_pred, y_true, loss, reduction, log_target, eps):
     """LigerKLDivLossFunction(y_pred, y_true, reduction, log_target, eps): y_pred in log space."""
     from liger_kernel.ops.kl_div import LigerKLDivLossFunction
 
-    return _as(LigerKLDivLossFunction.apply(y_pred, y_true, KL_REDUCTIONS[reduction], log_target, eps), loss.shape)
+    return LigerKLDivLossFunction.apply(y_pred, y_true, reduction, log_target, eps)
 
 
-def jsd(*, input, target, shift_labels, loss, beta, ignore_index, has_labels):
+def jsd(*, input, target, shift_labels, loss, beta, ignore_index):
     """LigerJSDFunction(input, target, shift_labels, beta, ignore_index): generalised JSD of log-space inputs,
-    summed over the tokens whose label is not ignore_index and divided by their number."""
+    summed over the tokens whose label is not ignore_index (shift_labels may be None) and divided by their
+    number."""
     from liger_kernel.ops.jsd import LigerJSDFunction
 
-    return LigerJSDFunction.apply(input, target, shift_labels if has_labels else None, beta, ignore_index)
+    return LigerJSDFunction.apply(input, target, shift_labels, beta, ignore_index)
 
 
 def cross_entropy(*, input, target, loss, ignore_index, label_smoothing, reduction, softcap):
     """LigerCrossEntropyFunction(input, target, weight, ignore_index, lse_square_scale, label_smoothing,
-    reduction, softcap, return_z_loss, ...): the loss only."""
+    reduction, softcap, return_z_loss, ...): the loss only; softcap may be None."""
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
-    out = LigerCrossEntropyFunction.apply(input, target, None, ignore_index, 0.0, label_smoothing,
-                                          CE_REDUCTIONS[reduction], softcap or None, False, False, False)
-    return _as(out[0], loss.shape)
+    out = LigerCrossEntropyFunction.apply(input, target, None, ignore_index, 0.0, label_smoothing, reduction,
+                                          softcap, False, False, False)
+    return out[0]

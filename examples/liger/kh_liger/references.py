@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 
 
-def rms_norm(*, x, weight, y, eps, offset, casting_mode, affine):
-    """x * rsqrt(mean(x^2) + eps) * (offset + weight), the weight only when affine, exactly (no casting mode:
-    how far each of Liger's casting modes may round is the spec's tolerance)."""
+def rms_norm(*, x, weight, y, eps, offset, casting_mode):
+    """x * rsqrt(mean(x^2) + eps) * (offset + weight), without the weight where it is None, exactly (no casting
+    mode: how far each of Liger's casting modes may round is the spec's tolerance)."""
     out = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-    y.copy_(out * (offset + weight) if affine else out)
+    y.copy_(out * (offset + weight) if weight is not None else out)
 
 
 def fused_add_rms_norm(*, x, residual, weight, y, s, eps, offset, casting_mode):
@@ -44,9 +44,9 @@ def geglu(*, a, b, c):
     c.copy_(F.gelu(a, approximate="tanh") * b)
 
 
-def dyt(*, x, alpha, gamma, beta, y, has_beta):
+def dyt(*, x, alpha, gamma, beta, y):
     out = torch.tanh(alpha * x) * gamma
-    y.copy_(out + beta if has_beta else out)
+    y.copy_(out + beta if beta is not None else out)
 
 
 def rope(*, q, k, cos, sin):
@@ -61,9 +61,6 @@ def rope(*, q, k, cos, sin):
         t[..., :2 * half] = rot * c + rotated * s
 
 
-_KL = {0: "none", 1: "sum", 2: "mean", 3: "batchmean"}
-
-
 def kl_div(*, y_pred, y_true, loss, reduction, log_target, eps):
     """torch.nn.functional.kl_div, except that a target probability below eps is clamped to eps inside the
     log (Liger's documented eps, 1e-10: the drawn targets are never that small)."""
@@ -71,19 +68,18 @@ def kl_div(*, y_pred, y_true, loss, reduction, log_target, eps):
         pointwise = torch.exp(y_true) * (y_true - y_pred)
     else:
         pointwise = y_true * (torch.log(torch.clamp(y_true, min=eps)) - y_pred)
-    mode = _KL[reduction]
-    if mode == "none":
+    if reduction == "none":
         loss.copy_(pointwise)
         return
     total = pointwise.sum()
-    if mode == "mean":
+    if reduction == "mean":
         total = total / pointwise.numel()
-    elif mode == "batchmean":
+    elif reduction == "batchmean":
         total = total / pointwise.shape[0]
-    loss.copy_(total.reshape(loss.shape))
+    loss.copy_(total)
 
 
-def jsd(*, input, target, shift_labels, loss, beta, ignore_index, has_labels):
+def jsd(*, input, target, shift_labels, loss, beta, ignore_index):
     """Generalised JSD(beta) of the student's log-probabilities `input` (Q) and the teacher's `target` (P):
     beta * KL(P || M) + (1 - beta) * KL(Q || M), M = beta * P + (1 - beta) * Q; beta = 0 is KL(P || Q) and
     beta = 1 is KL(Q || P). Summed over the tokens whose label is not ignore_index, divided by their number."""
@@ -96,18 +92,15 @@ def jsd(*, input, target, shift_labels, loss, beta, ignore_index, has_labels):
         log_m = torch.logsumexp(torch.stack((p + math.log(beta), q + math.log(1 - beta))), dim=0)
         per_elem = beta * torch.exp(p) * (p - log_m) + (1 - beta) * torch.exp(q) * (q - log_m)
     per_token = per_elem.sum(dim=-1)
-    if has_labels:
+    if shift_labels is not None:
         per_token = per_token[shift_labels != ignore_index]
     # the mean over the kept tokens, NaN over none (0 / 0), as torch's mean-reduced losses and Liger's own
     # kl_div (batchmean) give for an empty batch
-    loss.copy_((per_token.sum() / per_token.shape[0]).reshape(loss.shape))
-
-
-_CE = {0: "none", 1: "sum", 2: "mean"}
+    loss.copy_(per_token.sum() / per_token.shape[0])
 
 
 def cross_entropy(*, input, target, loss, ignore_index, label_smoothing, reduction, softcap):
-    logits = softcap * torch.tanh(input / softcap) if softcap else input
-    out = F.cross_entropy(logits, target, ignore_index=ignore_index, reduction=_CE[reduction],
-                          label_smoothing=label_smoothing)
-    loss.copy_(out.reshape(loss.shape))
+    """torch's cross entropy of the logits, capped first (softcap * tanh(logits / softcap)) unless softcap is None."""
+    logits = softcap * torch.tanh(input / softcap) if softcap is not None else input
+    loss.copy_(F.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
+                               label_smoothing=label_smoothing))

@@ -19,12 +19,15 @@ DEFECTS = load_defects()
 
 
 def _generated() -> set[str]:
-    """The names of the liger items a ci-tier run generates, from the specs alone."""
+    """The names of the liger items a ci-tier run generates, from the specs alone: every case per dtype, and
+    the op items (opcheck per dtype, compile at the first dtype: harness.plugin.op_items)."""
     names = set()
     for path in sorted((ROOT / "specs").glob("*.toml")):
         spec = load(path)
         for backend in spec.backends:
+            names.add(f"{spec.name}[{backend}-{spec.dtypes[0]}-compile]")
             for dtype in spec.dtypes:
+                names.add(f"{spec.name}[{backend}-{dtype}-opcheck]")
                 for tier in RUN_TIERS["ci"]:
                     names |= {f"{spec.name}[{backend}-{dtype}-{case.id}]" for case in spec.cases.get(tier, ())}
     return names
