@@ -82,7 +82,9 @@ def test_aa_run_on_cpu(tiny_repo, tmp_path):
     doc = json.loads((out / "compare.json").read_text())
     cmp = doc["comparison"]
     assert cmp["kind"] == "in-process interleaved" and cmp["aa"] and doc["exit_code"] == 0
-    (case,) = cmp["cases"]
+    case, host = cmp["cases"]  # the device row, then the host-time row of the same case
+    assert case["metric"] == "device" and host["metric"] == "host" and host["case_id"] == case["case_id"]
+    assert host["verdict"] in ("SAME", "INCONCLUSIVE") and host["threshold"]["source"].startswith("host-time")
     assert case["verdict"] in ("SAME", "INCONCLUSIVE") and case["pr_provider"] == case["base_provider"] == "reference"
     assert case["blocks"] >= 6 and len(case["base_blocks_us"]) == len(case["pr_blocks_us"]) == case["blocks"]
     assert "kh_base_" in cmp["base"]["source"] and case["threshold"]["relative"] == 0.9

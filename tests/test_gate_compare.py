@@ -143,11 +143,14 @@ def test_forest_plot_written(tmp_path):
 
 # ----------------------------------------------------------------------------- schema 3, version 2 files
 
+LAUNCH_FIELDS = ("host_us", "host_median_us", "wall_us", "wall_median_us", "launch")  # added in schema 5
+
 def test_version_2_files_load_without_gpu_fields(tmp_path):
     doc = to_json(results([case()]))
     doc["schema_version"] = 2
     for c in doc["cases"]:
-        del c["gpu_index"], c["gpu_uuid"], c["compute"]
+        for key in ("gpu_index", "gpu_uuid", "compute", *LAUNCH_FIELDS):
+            del c[key]
     loaded = results_from_json(doc, "v2.json")
     assert loaded.cases[0].gpu_index is None and loaded.cases[0].gpu_uuid is None
     assert loaded.schema_version == SCHEMA_VERSION  # loaded as a record of the current schema
@@ -156,7 +159,8 @@ def test_version_2_files_load_without_gpu_fields(tmp_path):
         results_from_json(doc, "v2.json")
     v3 = to_json(results([case()]))
     v3["schema_version"] = 3
-    del v3["cases"][0]["compute"]
+    for key in ("compute", *LAUNCH_FIELDS):
+        del v3["cases"][0][key]
     assert results_from_json(v3, "v3.json").cases[0].compute is None  # version 3 has no compute: its default
     del v3["cases"][0]["gpu_index"]
     with pytest.raises(ResultsError, match=r"cases\[0\].gpu_index: required key is missing"):

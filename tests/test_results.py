@@ -58,8 +58,10 @@ def test_csv_columns_are_flattened_fields(results, tmp_path):
         elif f.name == "speedups":
             providers = dict.fromkeys(p for c in results.cases for p in c.speedups)
             expected += [f"speedups.{p}.{k}" for p in providers for k in ("ratio", "lo", "hi")]
-        elif f.name in ("samples_us", "dropped_us", "warm_us"):
+        elif f.name in ("samples_us", "dropped_us", "warm_us", "host_us", "wall_us"):
             expected.append(f"{f.name}.count")
+        elif f.name == "launch":  # a dict: flattened when a case has one, no column when none has
+            expected += list(dict.fromkeys(f"launch.{k}" for c in results.cases for k in (c.launch or {})))
         else:
             expected.append(f.name)
     assert header == expected

@@ -95,7 +95,15 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
     return CaseResult(**base, status="wrong" if why else "ok", reason=why, method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
-                      stats=st.as_json(), warm_median_us=warm, speedups={}, **roof)
+                      stats=st.as_json(), warm_median_us=warm, speedups={}, **roof, **launch_fields(m.launch))
+
+
+def launch_fields(launch) -> dict:
+    """The CaseResult fields of a measurement's launch overhead (harness.timing.launch.LaunchTimes, or None)."""
+    if launch is None:
+        return {}
+    return dict(host_us=launch.host_us, host_median_us=launch.host_median_us, wall_us=launch.wall_us,
+                wall_median_us=launch.wall_median_us, launch=dict(launch.params))
 
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")

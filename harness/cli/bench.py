@@ -22,7 +22,9 @@ def _bench_options(p) -> None:
     p.add_argument("--timeout", type=float, help="wall-clock seconds per case (default 15 on a GPU, 3 on CPU)")
     p.add_argument("--min-time", type=float, help="device seconds before the noise rule may stop (default 0.5)")
     p.add_argument("--max-rsd", type=float, default=0.005, help="stop at this relative std (default 0.005)")
-    p.add_argument("--method", default="auto", choices=["auto", "cupti", "events", "host"])
+    p.add_argument("--method", default="auto", choices=["auto", "cupti", "events", "graph", "host"],
+                   help="device timing: auto (= events), cupti, graph (CUDA-graph replay, L2 flushed between "
+                        "replays: decode shapes as vLLM runs them), host; the gate takes auto, events or host")
     p.add_argument("--warm", action="store_true", help="no L2 flush between samples (hot cache)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     specs_option(p)

@@ -68,10 +68,10 @@ def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_p
 
 def case_tasks(plan: ABPlan, roots, *, seed: int, provider: str | None, blocks: BlockConfig, default: Threshold,
                noise: dict, confidence: float, pr_policy: bool = False, expected: dict | None = None,
-               warmup_s: float = 60.0):
+               warmup_s: float = 60.0, host: Threshold | None = None):
     """One task per pair; ``roots``: the materialized trees' module roots; ``pr_policy``: the pull request's
     policy was accepted (else every rule and check is the base spec's); ``expected``: the tripwire's
-    fingerprints."""
+    fingerprints; ``host``: the rule for host time per call (None: not judged)."""
     from harness.correctness.args import case_seed
     from harness.workers.pool import Task
 
@@ -83,9 +83,9 @@ def case_tasks(plan: ABPlan, roots, *, seed: int, provider: str | None, blocks: 
                       case_id=case_id, dtype=dtype, seed=case_seed(pr, dtype, case, seed), provider=provider,
                       blocks=dataclasses.asdict(blocks), threshold=dataclasses.asdict(rule),
                       noise=noise.get((pr.name, case_id, dtype)), confidence=confidence, pr_policy=pr_policy,
-                      expected=expected)
-        # Both sides' own time limits, the sampling budget, and the warm-up and checks of two providers.
-        limit = pr.timeout_s + base_spec.timeout_s + blocks.budget_s + warmup_s
+                      expected=expected, host_threshold=dataclasses.asdict(host) if host else None)
+        # Both sides' own time limits, the sampling budgets, and the warm-up and checks of two providers.
+        limit = pr.timeout_s + base_spec.timeout_s + blocks.budget_s + blocks.host_budget_s + warmup_s
         tasks.append(Task("harness.gate.abcase:run_ab_case", kwargs, f"{pr.name} {dtype} {case_id}", limit))
     return tasks
 
@@ -98,7 +98,7 @@ def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseCompar
     from harness.correctness.args import full_env
     from harness.timing.stats import summarize
 
-    d = {k: v for k, v in d.items() if k != "method"}
+    d = {k: v for k, v in d.items() if k not in ("method", "host")}
     case = next(c for c in spec.cases["bench"] if c.id == d["case_id"])
     env = full_env(spec, case, d["dtype"])
     pct = {}
@@ -118,6 +118,22 @@ def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseCompar
                              "base_blocks_us": tuple(tuple(b) for b in d["base_blocks_us"]),
                              "pr_blocks_us": tuple(tuple(b) for b in d["pr_blocks_us"]),
                              "base_pct_roofline": pct["base"], "pr_pct_roofline": pct["pr"]})
+
+
+def host_record(d: dict) -> CaseComparison | None:
+    """The host-time row of a task's dict (its ``host`` entry), or None where host time was not judged (the case
+    failed first, or was not timed): the same case, ``metric="host"``, its own threshold, no roofline."""
+    h = d.get("host")
+    if not h:
+        return None
+    fields = {**h, "threshold": Threshold(**h["threshold"]),
+              "base_blocks_us": tuple(tuple(b) for b in h["base_blocks_us"]),
+              "pr_blocks_us": tuple(tuple(b) for b in h["pr_blocks_us"])}
+    fields.pop("method", None)
+    return CaseComparison(kernel=d["kernel"], dtype=d["dtype"], case_id=d["case_id"], shape=d["shape"],
+                          headline=d["headline"], base_provider=d["base_provider"], pr_provider=d["pr_provider"],
+                          noise=None, base_pct_roofline=None, pr_pct_roofline=None, dropped=0,
+                          gpu_index=d["gpu_index"], gpu_uuid=d["gpu_uuid"], metric="host", **fields)
 
 
 def failed(task, verdict: str, reason: str) -> dict:

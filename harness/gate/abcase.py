@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.gate.interleave import BlockConfig, measure_ab
+from harness.gate.interleave import BlockConfig, make_timer, measure_ab, measure_host_ab
 from harness.gate.model import Threshold
 from harness.gate.verdict import case_seed, decide, spread
 
@@ -113,11 +113,12 @@ def _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype: str) -> bool:
 
 def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id: str, dtype: str, seed: int,
                 provider: str | None, blocks: dict, threshold: dict, noise: float | None, confidence: float,
-                pr_policy: bool = False, expected: dict | None = None) -> dict:
+                pr_policy: bool = False, expected: dict | None = None, host_threshold: dict | None = None) -> dict:
     """The comparison of one bench case, as a dict of CaseComparison fields without the roofline ones.
     ``roots``: the module roots of the materialized trees (kh_base_<sha>, kh_pr_<sha>); ``pr_policy``: judge the
     PR side by its own spec's policy (accepted), else by the base's; ``expected``: the deciding process's
-    harness.gate.integrity.fingerprints."""
+    harness.gate.integrity.fingerprints; ``host_threshold``: the rule for host time per call (a "host" entry
+    of the result, judged after the device time; None: host time is not judged)."""
     for root in roots:
         if root not in sys.path:
             sys.path.append(root)
@@ -186,9 +187,14 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
     def judge(base_blocks, pr_blocks):
         return decide(base_blocks, pr_blocks, rule, paired=True, noise=noise, confidence=confidence, seed=key_seed)
 
+    cfg = BlockConfig(**blocks)
+    host = None
     try:
-        run = measure_ab(fns["base"], fns["PR"], device.torch_device, BlockConfig(**blocks), judge,
+        timer = make_timer(fns["base"], fns["PR"], device.torch_device, cfg)
+        run = measure_ab(fns["base"], fns["PR"], device.torch_device, cfg, judge, timer=timer,
                          outputs=(_SideCheck(checks["base"], "base"), _SideCheck(checks["PR"], "PR")))
+        if host_threshold is not None and cfg.host_blocks:
+            host = _host(fns, device.torch_device, cfg, Threshold(**host_threshold), timer, confidence, key_seed)
     except _SideWrong as exc:
         return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideError as exc:
@@ -205,6 +211,28 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             "ratio_lo": finite_json(d.lo), "ratio_hi": finite_json(d.hi), "effect": d.effect,
             "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
             "dropped": run.dropped, "wall_s": run.wall_s, "method": run.method,
+            "base_blocks_us": [list(b) for b in run.base_blocks], "pr_blocks_us": [list(b) for b in run.pr_blocks],
+            **({"host": host} if host else {})}
+
+
+def _host(fns: dict, device, cfg: BlockConfig, rule: Threshold, timer, confidence: float, seed: int) -> dict:
+    """Host time per call of both sides, interleaved and judged by its own rule (no A/A noise file covers it)."""
+    from harness.results.io import finite_json
+
+    def judge(base_blocks, pr_blocks):
+        return decide(base_blocks, pr_blocks, rule, paired=True, confidence=confidence, seed=seed)
+
+    run = measure_host_ab(fns["base"], fns["PR"], device, cfg, judge, timer)
+    d = run.decision
+    base_all = [v for b in run.base_blocks for v in b]
+    pr_all = [v for b in run.pr_blocks for v in b]
+    stop = {"budget": "time budget spent", "max-blocks": "block limit reached"}.get(run.stop, "")
+    return {"verdict": d.verdict, "reason": f"still inconclusive: {stop}" if d.verdict == "INCONCLUSIVE" else "",
+            "base_median_us": d.base_median_us, "pr_median_us": d.pr_median_us, "ratio": d.ratio,
+            "ratio_lo": finite_json(d.lo), "ratio_hi": finite_json(d.hi), "effect": d.effect,
+            "threshold": {"relative": rule.relative, "floor_us": rule.floor_us, "source": rule.source},
+            "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
+            "wall_s": run.wall_s, "method": run.method,
             "base_blocks_us": [list(b) for b in run.base_blocks], "pr_blocks_us": [list(b) for b in run.pr_blocks]}
 
 

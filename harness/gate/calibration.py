@@ -6,6 +6,10 @@ the policy default; an A/A noise file can only raise it.
 relative part is the policy default and there is no absolute floor, and the report says so. Stored runs
 (two processes) drift more than one interleaved process, so they take the ``cross_run`` entry; without one
 they fall back to the in-process numbers and the report warns that false alarms are likely.
+
+Host time per call (harness/timing/launch.py) has its own rule, :func:`host_threshold`: the file's
+``host_in_process`` entry when an A/A run has calibrated it (``derive`` over host-time trials), else
+``HOST_MIN_EFFECT`` and ``HOST_FLOOR_US``, named as an uncalibrated default in the report.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ from harness.gate.model import IN_PROCESS, CaseComparison, Threshold
 POLICY_MIN_EFFECT = 0.03
 DECODE_US = 10.0   # "decode-sized": a median below this is dominated by fixed costs, so the floor matters
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+# Host time per call is Python and the driver on a shared CPU: scheduler and interpreter jitter, not the GPU's.
+# Until an A/A run calibrates it, a change must pass 10 % and 2 us: below what the gate is for (a launcher with
+# 50 us of added Python, or a .item() that waits for the GPU, at host times of 15 to 70 us per call on the H200,
+# issue 29) and above a host clock's per-call jitter over the tens of calls each host sample averages.
+HOST_MIN_EFFECT, HOST_FLOOR_US = 0.10, 2.0
+HOST_KEY = "host_in_process"
 
 
 class CalibrationError(ValueError):
@@ -77,6 +87,22 @@ def default_threshold(kind: str, path: Path | None = None, policy: float | None 
                      f"{base.source}; no cross-run calibration, so separate runs' drift may read as a change")
 
 
+def host_threshold(path: Path | None = None) -> Threshold:
+    """The rule for host time per call in an interleaved run: calibrated when the file has ``host_in_process``,
+    else the documented default (never lower than it: a calibration may only raise the bar)."""
+    path = CALIBRATION_FILE if path is None else Path(path)
+    doc = _read(path, "gate calibration") if path.exists() else {}
+    entry = _entry(doc, HOST_KEY, path)
+    if entry:
+        where = doc.get("provenance", {}).get("summary", str(path)) if isinstance(doc.get("provenance"), dict) \
+            else str(path)
+        return Threshold(max(HOST_MIN_EFFECT, entry[0]), max(HOST_FLOOR_US, entry[1]),
+                         f"calibrated host-time A/A ({where})")
+    return Threshold(HOST_MIN_EFFECT, HOST_FLOOR_US,
+                     f"host-time default {100 * HOST_MIN_EFFECT:g}% / {HOST_FLOOR_US:g} us, not calibrated "
+                     f"(no {HOST_KEY} in the calibration file)")
+
+
 def for_spec(threshold: Threshold, spec) -> Threshold:
     """The spec's ``[gate]`` rule (``spec.gate``: min_effect, floor_us, reason) over the default."""
     rule = getattr(spec, "gate", None)
@@ -105,7 +131,7 @@ def aa_spread(case: CaseComparison) -> float | None:
 
 def noise_doc(cases, kind: str, source: str) -> dict:
     rows = [{"kernel": c.kernel, "case_id": c.case_id, "dtype": c.dtype, "spread": s, "base_median_us":
-             c.base_median_us} for c in cases if (s := aa_spread(c)) is not None]
+             c.base_median_us} for c in cases if c.metric == "device" and (s := aa_spread(c)) is not None]
     return {"kind": kind, "source": source, "cases": rows}
 
 

@@ -7,6 +7,11 @@ sampler (harness/timing/sampler.py): L2 evicted by a read flush, launches queued
 host overhead never lands in a sample, CUDA events around the call minus the cost of an empty event pair;
 samples below the throttle clock are dropped. On a CPU the host clock times each call.
 
+Host time per call is interleaved the same way, after the device blocks (:func:`measure_host_ab`): a host
+sample is the sampler's ``host_time``, tens of back-to-back calls on the host clock while a spin keeps the
+GPU busy, divided by their number, so a launcher that adds Python or a ``.item()`` is seen even where the
+device time is the same. The same ABBA schedule, with its own block counts and budget.
+
 Sampling goes on, a few block pairs at a time, while the verdict is INCONCLUSIVE and the case's budget
 allows; the caller's ``judge`` gives the verdict (harness/gate/verdict.py), so this module holds no rule.
 """
@@ -31,10 +36,15 @@ class BlockConfig:
     cold: bool = True           # evict L2 before every sample
     method: str = "events"      # "events" or "host" (host clock around the call and a synchronize)
     throttle_fraction: float = 0.75
+    host_blocks: int = 8        # host time per call: block pairs before the first verdict (0: not judged)
+    host_samples: int = 3       # host samples per block and side, each the mean of tens of calls
+    host_budget_s: float = 3.0  # host sampling wall time per case
 
     def __post_init__(self):
         if self.blocks < MIN_BLOCKS or self.samples < 1 or self.more_blocks < 1:
             raise ValueError(f"need blocks >= {MIN_BLOCKS}, samples >= 1 and more_blocks >= 1")
+        if self.host_blocks and (self.host_blocks < MIN_BLOCKS or self.host_samples < 1):
+            raise ValueError(f"need host_blocks = 0 or >= {MIN_BLOCKS}, and host_samples >= 1")
         if self.method not in ("events", "host"):
             raise ValueError(f"method: expected events or host, got {self.method!r}")
 
@@ -83,6 +93,37 @@ class _Timer:
         if outputs is not None and attempts:  # also after dropped samples: their calls ran, and a probe of new
             outputs.verify()                  # input values must be checked and undone before the other side runs
         return out
+
+
+class _HostTimer:
+    """The :class:`_Timer` interface over host time per call: a block is ``n`` host samples of ``calls`` calls."""
+
+    def __init__(self, timer: _Timer, calls: int):
+        self.sampler, self.calls, self.dropped, self.late = timer.sampler, calls, 0, 0
+        self.method = f"host time per call ({calls} calls a sample" + (
+            ", GPU kept busy by a spin)" if hasattr(timer.sampler, "wall_time") else ")")
+
+    def block(self, fn, n: int, outputs=None) -> list[float]:
+        return [self.sampler.host_time(fn, self.calls) for _ in range(n)]
+
+
+def measure_host_ab(base_fn, pr_fn, device: str, cfg: BlockConfig, judge, timer) -> ABRun:
+    """Host time per call of both sides in ABBA block pairs, on the warmed-up ``timer`` of :func:`make_timer`:
+    the same number of calls per sample on both sides (enough for the slower launcher's 1 ms, or 2 ms on a CPU)."""
+    import torch
+
+    from harness.timing.launch import estimate_us
+    from harness.timing.sampler import host_calls
+
+    t0 = time.perf_counter()
+    dev = torch.device(device)
+    gpu = dev.type == "cuda"
+    with torch.cuda.device(dev) if gpu else contextlib.nullcontext():
+        sync = timer.sampler.sync if gpu else (lambda: None)
+        calls = host_calls(max(estimate_us(base_fn, sync), estimate_us(pr_fn, sync)), "gpu" if gpu else "cpu")
+        host_cfg = BlockConfig(blocks=cfg.host_blocks, samples=cfg.host_samples, more_blocks=cfg.more_blocks,
+                               max_blocks=cfg.max_blocks, budget_s=cfg.host_budget_s, host_blocks=0)
+        return _loop(_HostTimer(timer, calls), base_fn, pr_fn, host_cfg, judge, t0)
 
 
 def make_timer(base_fn, pr_fn, device: str, cfg: BlockConfig):

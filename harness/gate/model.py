@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from harness.results.verdicts import FAILING
 
 IN_PROCESS, STORED = "in-process interleaved", "stored runs"
+# What a comparison row judges: the kernel's device time (every row before issue 29), or the launcher's host
+# time per call with the GPU kept busy (harness/timing/launch.py), a row of its own with its own threshold.
+METRICS = ("device", "host")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class CaseComparison:
     wall_s: float
     base_blocks_us: tuple[tuple[float, ...], ...] = ()   # every kept sample, block by block
     pr_blocks_us: tuple[tuple[float, ...], ...] = ()
+    metric: str = "device"        # one of METRICS: device time per sample, or host time per call
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -68,6 +68,7 @@ class GateRun:
     base_results: object = None
     pr_results: object = None
     threshold: object = None
+    host_threshold: object = None                # the rule for host time per call (bench --against)
     rules: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
     notes: tuple = ()
@@ -121,6 +122,17 @@ def _threshold(kind: str, calibration: str | None = None):
     policy = load_config().gate
     try:
         return default_threshold(kind, calibration or policy.calibration, policy.min_effect)
+    except CalibrationError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _host_threshold():
+    """The rule for host time per call: the project's calibration file's host entry, else the default."""
+    from harness.config import load_config
+    from harness.gate.calibration import CalibrationError, host_threshold
+
+    try:
+        return host_threshold(load_config().gate.calibration)
     except CalibrationError as exc:
         raise BadInput(str(exc)) from None
 
@@ -210,8 +222,8 @@ def summary(run: GateRun) -> list[str]:
 
     cmp = run.comparison
     lines = [f"merge gate ({cmp.kind}): {summary_line(cmp.cases)}"]
-    lines += [f"{c.verdict}: {c.kernel} {c.dtype} {c.case_id}: {c.reason or f'ratio {c.ratio:.4f}'}"
-              for c in cmp.cases if c.failing]
+    lines += [f"{c.verdict}: {c.kernel} {c.dtype} {c.case_id}{' (host time per call)' if c.metric == 'host' else ''}"
+              f": {c.reason or f'ratio {c.ratio:.4f}'}" for c in cmp.cases if c.failing]
     if cmp.policy is not None and cmp.policy.changes:
         lines.append(f"policy: {len(cmp.policy.changes)} change(s) of policy-carrying spec fields, "
                      + ("applied (accepted)" if cmp.policy.applied else "not applied: the base's values judged"))
@@ -229,8 +241,9 @@ COMPARE_STEPS = (load_runs, thresholds, compare, write)
 def block_config(o: AgainstOptions, device):
     from harness.gate.interleave import BlockConfig
 
-    if o.method == "cupti":
-        raise BadInput("--method cupti: bench --against times with CUDA events (or host); use auto, events or host")
+    if o.method in ("cupti", "graph"):
+        raise BadInput(f"--method {o.method}: bench --against times with CUDA events (or host); use auto, events "
+                       "or host")
     extra = {k: getattr(o, k) for k in ("blocks", "samples") if getattr(o, k)}
     try:
         return BlockConfig(budget_s=o.timeout or (10.0 if device.is_gpu else 2.0), cold=not o.warm,
@@ -253,7 +266,8 @@ def configure(run: GateRun) -> GateRun:
                        "the process that decides")
     noise, notes = read_noise(o.noise)
     return replace(run, device=device, blocks=block_config(o, device), threshold=_threshold(IN_PROCESS),
-                   noise=noise, notes=notes, out=Path(o.out) if o.out else default_out_dir(device) / "gate")
+                   host_threshold=_host_threshold(), noise=noise, notes=notes,
+                   out=Path(o.out) if o.out else default_out_dir(device) / "gate")
 
 
 def materialize(run: GateRun) -> GateRun:
@@ -368,7 +382,8 @@ def pair(run: GateRun) -> GateRun:
     expected = fingerprints()
     tasks = ab.case_tasks(plan, roots, seed=o.seed, provider=o.providers[0] if o.providers else None,
                           blocks=run.blocks, default=run.threshold, noise=run.noise, confidence=CONFIDENCE,
-                          pr_policy=run.policy.applied if run.policy else False, expected=expected)
+                          pr_policy=run.policy.applied if run.policy else False, expected=expected,
+                          host=run.host_threshold)
     return replace(run, tasks=tuple(tasks), expected=expected)
 
 
@@ -408,8 +423,11 @@ def judge(run: GateRun) -> GateRun:
     found, o = run.found, run.options
     plausible = run.device.is_gpu and run.blocks.cold
     specs = run.pr_specs if run.policy and run.policy.applied else run.base_specs  # the roofline model in force
-    records = [ab.record(found[i], specs[found[i]["kernel"]], run.ceilings, plausible)
-               for i in range(len(run.tasks))]
+    records = []
+    for i in range(len(run.tasks)):  # each case's device row, then its host-time row when that was judged
+        records.append(ab.record(found[i], specs[found[i]["kernel"]], run.ceilings, plausible))
+        host = ab.host_record(found[i])
+        records += [host] if host is not None else []
     timed = sorted({d["method"] for d in found.values() if d.get("method")})
     settings = {**dataclasses.asdict(run.blocks), "timed with": ", ".join(timed) or "nothing timed",
                 "isolate": _isolate(run)}
@@ -444,5 +462,8 @@ def run_against(options: AgainstOptions, *, trace: bool = False) -> GateRun:
 def _progress(i: int, total: int, d: dict) -> None:
     ratio = d.get("ratio")
     what = f"{100 * (ratio - 1):+.2f}%" if isinstance(ratio, float) and ratio == ratio else d.get("reason", "")
+    host = d.get("host")
+    if host and isinstance(host.get("ratio"), float) and host["ratio"] == host["ratio"]:
+        what += f"; host per call {host['verdict']} {100 * (host['ratio'] - 1):+.2f}%"
     print(f"[{i}/{total}] {d['kernel']} {d['dtype']} {d['case_id']}: {d['verdict']} {what} "
           f"({d.get('blocks', 0)} block pairs, {d.get('wall_s', 0.0):.1f} s)", file=sys.stderr, flush=True)

@@ -73,10 +73,16 @@ def _provider(c) -> str:
     return f"{code(c.base_provider)}{NBSP}→{NBSP}{code(c.pr_provider)}"
 
 
+def _metric(c) -> str:
+    """What the row times: the kernel on the device, or the launcher's host time per call (its own row)."""
+    return "host µs/call" if getattr(c, "metric", "device") == "host" else "device"
+
+
 # Column header -> cell, each read from a CaseComparison field (the field names are the JSON keys).
 COLUMNS = {
     "shape": _shape,
     "dtype": lambda c: c.dtype,
+    "timed": _metric,
     "provider": _provider,
     "base µs": lambda c: num(c.base_median_us),
     "PR µs": lambda c: num(c.pr_median_us),
@@ -86,7 +92,7 @@ COLUMNS = {
     "noise base / PR": _noise,
     "% roofline base → PR": _roofline,
 }
-RIGHT = (3, 4, 5, 7, 8, 9)
+RIGHT = (4, 5, 6, 8, 9, 10)
 
 
 def _table(cases, with_kernel: bool) -> dict:
@@ -98,7 +104,8 @@ def _table(cases, with_kernel: bool) -> dict:
 
 
 def _order(c) -> tuple:
-    return (VERDICT_ORDER.index(c.verdict) if c.verdict in VERDICT_ORDER else 99, c.kernel, c.dtype, c.case_id)
+    return (VERDICT_ORDER.index(c.verdict) if c.verdict in VERDICT_ORDER else 99, c.kernel, c.dtype, c.case_id,
+            getattr(c, "metric", "device"))
 
 
 def summary_line(cases) -> str:
@@ -175,11 +182,23 @@ def context(cmp, *, level: int = 0, max_failing: int | None = None, plot: str | 
         "forced": [cell(f) for f in cmp.forced], "notes": [cell(n) for n in cmp.notes],
         "rule": {"relative": num(100 * t.relative, 2), "floor": num(t.floor_us, 3), "source": cell(t.source),
                  "confidence": num(100 * cmp.confidence, 2)},
-        "overrides": sorted({cell(c.threshold.source) for c in cases if c.threshold and c.threshold != t}),
+        "overrides": sorted({cell(c.threshold.source) for c in cases
+                             if c.threshold and c.threshold != t and getattr(c, "metric", "device") == "device"}),
+        "host_rule": _host_rule(cases),
         "settings": [f"{cell(k)}: {cell(v)}" for k, v in cmp.settings.items()],
         "provenance": _provenance(cmp), "plot": plot, "version": __version__, "policy": _policy(cmp),
         "scan": _scan(cmp),
     }
+
+
+def _host_rule(cases) -> dict | None:
+    """The rule the host-time rows were judged by (one per run: no spec overrides it)."""
+    rules = {c.threshold for c in cases if getattr(c, "metric", "device") == "host" and c.threshold}
+    if not rules:
+        return None
+    r = sorted(rules, key=lambda r: r.source)[0]
+    return {"relative": num(100 * r.relative, 2), "floor": num(r.floor_us, 3), "source": cell(r.source),
+            "rows": sum(getattr(c, "metric", "device") == "host" for c in cases)}
 
 
 def _environment() -> jinja2.Environment:

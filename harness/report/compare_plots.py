@@ -15,7 +15,8 @@ COLOURS = {"SLOWER": "#c62828", "FASTER": "#2e7d32", "SAME": "#616161", "INCONCL
 
 def _label(c) -> str:
     shape = " ".join(f"{k}={v}" for k, v in c.shape.items()) if c.shape else c.case_id
-    return f"{c.kernel} {c.dtype} {shape}"[:70]
+    host = " (host/call)" if getattr(c, "metric", "device") == "host" else ""  # its own row, its own band
+    return f"{c.kernel} {c.dtype} {shape}"[:70 - len(host)] + host
 
 
 def forest_plot(cmp, path: Path) -> Path | None:

@@ -18,6 +18,8 @@ from harness.report.ceilings import ceilings_section, ceilings_when
 from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, num, pct, speedup, verdict
 from harness.report.cells import table as _table
 from harness.report.gaps import spec_gaps
+from harness.report.launch import host_cell, launch_line, wall_cell
+from harness.report.launch import how_measured as launch_how_measured
 from harness.report.matrix import static_matrix
 from harness.report.plots import Plots, render_plots, shape_label
 from harness.report.profile import insert_profile
@@ -183,11 +185,13 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
                          f"{num(s['p5'])}{NBSP}to{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
-                         num(c.gbps), num(c.ceiling_gbps), num(c.tflops), pct(c.pct_roofline), verdict(c),
+                         host_cell(c), wall_cell(c), num(c.gbps), num(c.ceiling_gbps), num(c.tflops),
+                         pct(c.pct_roofline), verdict(c),
                          cell(c.stop_reason)])
         table = _table(["provider", "n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV",
-                        "outliers lo / hi", "warm median µs", "GB/s", "ceiling GB/s", "TFLOP/s", "% roofline",
-                        "verdict", "stopped because"], rows, right=tuple(range(1, 12)))
+                        "outliers lo / hi", "warm median µs", "host µs / call", "sync wall µs", "GB/s",
+                        "ceiling GB/s", "TFLOP/s", "% roofline", "verdict", "stopped because"], rows,
+                       right=tuple(range(1, 14)))
         panels.append({"title": f"{shape_label(group[0].shape)} · {dtype}", "case_id": case_id,
                        "headline": any(c.headline for c in group), "table": table if rows else None,
                        "not_measured": _not_measured(group)})
@@ -205,7 +209,7 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
                          "bytes", "flops", "bound", "method", "seed"], full, right=tuple(range(5, 15)))
     return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
             "plot": plots.dist.get(kernel), "roofline": plots.kernel_roofline.get(kernel), "full": full_table,
-            "shapes": shapes_table(cases),
+            "shapes": shapes_table(cases), "launch": launch_line(cases),
             "n_ok": len(full)}
 
 
@@ -235,6 +239,8 @@ def _how_measured(results: Results) -> str:
     warm = sum(1 for c in ok if c.warm_us)
     if warm:
         parts.append(f"Warm medians ({warm} cases) are back-to-back launches without a flush.")
+    if launch := launch_how_measured(ok):
+        parts.append(launch)
     seeds = sorted({c.seed for c in results.cases})
     if seeds:
         parts.append(f"Input seed{'s' * (len(seeds) != 1)}: {', '.join(map(str, seeds))}.")

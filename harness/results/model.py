@@ -8,9 +8,9 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from harness.spec.waivers import Waiver  # noqa: F401  (part of the results schema)
 
-SCHEMA_VERSION = 4  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid;
-#                    4: CaseResult.compute
-READABLE_VERSIONS = (2, 3, 4)  # older files load with the fields added since filled by their defaults
+SCHEMA_VERSION = 5  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid;
+#                    4: CaseResult.compute; 5: CaseResult.host_us, host_median_us, wall_us, wall_median_us, launch
+READABLE_VERSIONS = (2, 3, 4, 5)  # older files load with the fields added since filled by their defaults
 
 
 STATUSES = ("ok", "wrong", "error", "skipped")
@@ -84,11 +84,21 @@ class CaseResult:
     # The precision whose measured matmul rate is the case's compute ceiling ("fp8" for an FP8 GEMM with bf16
     # output; the case dtype otherwise); None where no roofline was taken, and in files before schema 4.
     compute: str | None = None
+    # Launch overhead beside the device time (harness/timing/launch.py): host microseconds per call with the GPU
+    # kept busy, one per repeat, and the synchronous eager wall per call (the L2 flushed, call, synchronize). On a
+    # CPU the host time is the call's wall time and wall_us stays empty; ``launch`` says how each was taken and
+    # why one is n/a. Empty / None in files before schema 5 and for cases not timed.
+    host_us: tuple[float, ...] = ()
+    host_median_us: float | None = None
+    wall_us: tuple[float, ...] = ()
+    wall_median_us: float | None = None
+    launch: dict | None = None
 
 
 # CaseResult fields a schema version added: a file of an older version must not have them; it loads with
 # their defaults (the dataclass's), as a record of the current schema.
-CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3, "compute": 4}
+CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3, "compute": 4, "host_us": 5, "host_median_us": 5,
+                        "wall_us": 5, "wall_median_us": 5, "launch": 5}
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,11 @@ lines that the timed kernel pays to write back), queue a spin kernel so the host
 behind it, then run ``fn``. The default method (``"auto"``, which means ``"events"``) brackets ``fn``
 with CUDA events and subtracts the cost of an empty event pair. ``method="cupti"`` reads kernel
 timestamps from CUPTI (torch.profiler) instead: a sample is the end of the last minus the start of the
-first GPU activity ``fn`` launched. ``"host"`` times ``fn`` plus a synchronize with the host clock. On a
-CPU the same loop runs with ``time.perf_counter_ns``.
+first GPU activity ``fn`` launched. ``"graph"`` captures ``fn`` once in a CUDA graph and times its replay
+the same way (flush and spin outside the graph, events around the replay): the launch path vLLM's decode
+runs. ``"host"`` times ``fn`` plus a synchronize with the host clock. On a CPU the same loop runs with
+``time.perf_counter_ns``. Beside the device samples every measurement carries the launch overhead
+(harness/timing/launch.py): host time per call with the GPU kept busy, and the synchronous wall time per call.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from typing import Protocol
 import torch
 
 from harness.timing.clocks import PROLOGUE_TAG, SAMPLE_TAG, is_throttled, sample_spans
+from harness.timing.launch import LaunchTimes, measure_launch
 from harness.timing.sampler import GpuSampler, HostSampler, event_pair
 from harness.timing.stats import NOISE_WINDOW, StoppingRule
 
 __all__ = ["Measurement", "StoppingRule", "TimingConfig", "measure", "sample_spans"]
 
-METHODS = ("auto", "cupti", "events", "host")
+METHODS = ("auto", "cupti", "events", "graph", "host")
+GRAPH_METHOD = "cuda-graph-replay-events-minus-overhead"
 _WARM_TARGET_US, _WARM_MAX_CALLS, _WARM_REPS = 2000.0, 200, 10
 
 
@@ -43,7 +48,8 @@ class TimingConfig:
     timeout_s: float = 15.0         # wall-clock limit per case
     max_samples: int = 2000
     cold: bool = True               # flush L2 before each sample
-    method: str = "auto"            # auto | cupti | events | host
+    method: str = "auto"            # auto | cupti | events | graph | host
+    launch: bool = True             # also measure host time and synchronous wall time per call
     throttle_fraction: float = 0.75
     cpu_flush: bool = False         # CPU only: also read 2x the last-level cache before each sample
 
@@ -66,6 +72,7 @@ class Measurement:
     sm_clock_mhz: tuple[float, ...]  # per kept sample, empty when not available
     device_time_s: float
     wall_time_s: float
+    launch: LaunchTimes | None = None  # host and synchronous wall time per call; None when not measured
 
 
 class TimedOutputs(Protocol):
@@ -89,7 +96,7 @@ def measure(fn: Callable[[], object], *, device: torch.device | str,
     t0 = time.perf_counter()
     dev = torch.device(device)
     if dev.type == "cpu":
-        if config.method not in ("auto", "host"):
+        if config.method not in ("auto", "host"):  # events, CUPTI and graphs are CUDA's
             raise ValueError(f"method {config.method!r} needs a CUDA device; on a CPU use 'auto' or 'host'")
         return _measure_cpu(fn, config, t0, outputs)
     if dev.type != "cuda":
@@ -139,10 +146,10 @@ def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params
     return kept, dropped, clocks, reason
 
 
-def _finish(kept, dropped, clocks, reason, warm, method, params, t0) -> Measurement:
+def _finish(kept, dropped, clocks, reason, warm, method, params, t0, launch=None) -> Measurement:
     return Measurement(samples_us=tuple(kept), dropped_us=tuple(dropped), warm_us=tuple(warm), method=method,
                        method_params=params, stop_reason=reason, sm_clock_mhz=tuple(clocks),
-                       device_time_s=sum(kept) * 1e-6, wall_time_s=time.perf_counter() - t0)
+                       device_time_s=sum(kept) * 1e-6, wall_time_s=time.perf_counter() - t0, launch=launch)
 
 
 # ----------------------------------------------------------------------------- CPU
@@ -171,7 +178,8 @@ def _measure_cpu(fn, cfg: TimingConfig, t0: float, outputs=None) -> Measurement:
             fn()
         warm.append((time.perf_counter_ns() - start) / 1e3 / k)
     params.update(warm_method="back-to-back host calls", warm_k=k, warm_reps=len(warm))
-    return _finish(kept, dropped, clocks, reason, warm, sampler.name, params, t0)
+    launch = measure_launch(fn, sampler) if cfg.launch else None
+    return _finish(kept, dropped, clocks, reason, warm, sampler.name, params, t0, launch)
 
 
 def _warm_calls(median_us: float, *, target_us: float, cap: int) -> int:
@@ -198,12 +206,20 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float, outputs=None) -> Measur
             batch, chunk, name = _cupti_batch(fn, cu, params, statistics.median(totals[-3:]), before)
         except _CuptiUnusable as exc:
             raise RuntimeError(f"cupti timing unusable: {exc}") from exc
+    elif method == "graph":  # asked for by name too: a call that cannot be captured is an error
+        replay, kind, note = _graph_launcher(fn, 1, cu)
+        if kind != "cuda-graph-replay":
+            raise RuntimeError(f"graph timing unusable: {note}")
+        batch, chunk, name = _plain_batch(replay, cu, before), 1, GRAPH_METHOD
+        params.update(graph="fn captured once; each sample: flush and spin outside the graph, events around "
+                            "one replay, minus the empty pair's cost")
     else:
         batch, chunk, name = _plain_batch(fn, cu, before), 1, cu.name
     kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, t0, chunk, params, outputs)
     warm = _warm_cuda(fn, cu, statistics.median(kept) if kept else 1.0, params)
     params.update(cu.params())
-    return _finish(kept, dropped, clocks, reason, warm, name, params, t0)
+    launch = measure_launch(fn, cu) if cfg.launch else None  # the eager call: what a caller without graphs pays
+    return _finish(kept, dropped, clocks, reason, warm, name, params, t0, launch)
 
 
 def _plain_batch(fn, cu: GpuSampler, before=None):

@@ -25,6 +25,11 @@ from harness.timing.clocks import NullClock, SmClockReader
 from harness.timing.environment import llc_bytes
 
 SPIN_MIN_US, SPIN_CAP_US = 20.0, 10_000.0
+# Calls per host sample (harness.timing.launch): enough that the host clock's resolution and one call's jitter
+# average out (about 1 ms of launches on a GPU, 2 ms on a CPU), but on a GPU never so many that the queued work
+# fills CUDA's launch queue (about a thousand entries), where a launch would block on the GPU after all.
+HOST_TARGET_US = {"gpu": 1000.0, "cpu": 2000.0}
+HOST_CALLS = {"gpu": (4, 64), "cpu": (1, 200)}
 GPU_METHODS = {"events": "cuda-events-minus-overhead", "host": "host-perf-counter+sync"}
 
 
@@ -49,6 +54,12 @@ def warmup(fn, sync, *, min_s: float, cap_s: float) -> tuple[list[float], list[f
             return totals, launches
         if t2 - first_done >= cap_s or len(totals) >= 100_000:
             return totals, launches
+
+
+def host_calls(per_call_us: float, kind: str) -> int:
+    """Calls per host sample for a call of about ``per_call_us`` on a ``kind`` ("gpu" or "cpu") sampler."""
+    lo, hi = HOST_CALLS[kind]
+    return int(min(hi, max(lo, round(HOST_TARGET_US[kind] / max(per_call_us, 1e-3)))))
 
 
 def event_pair():
@@ -86,6 +97,7 @@ class GpuSampler:
         self.overhead_us = 0.0
         self.clock = SmClockReader(dev)
         self.start, self.end = event_pair()
+        self.host_spin_us, self.host_late_discarded, self.host_late_kept = SPIN_MIN_US, 0, 0
 
     def sync(self) -> None:
         torch.cuda.synchronize(self.dev)
@@ -166,6 +178,40 @@ class GpuSampler:
             return None, clock
         return value, clock
 
+    def host_time(self, fn: Callable[[], object], n: int) -> float:
+        """Host microseconds per call of ``n`` back-to-back calls while a spin kernel keeps the GPU busy, so the
+        figure is the launcher's own cost (Python, argument handling, the driver's launch), never time spent
+        waiting for the GPU. Its own spin (the device samples' stays as sized): a sample in which the spin ended
+        before the last call returned is redone with a longer one; at the cap it is kept (``fn`` synchronises,
+        a ``.item()`` say, and that wait is the launcher's cost too)."""
+        while True:
+            self.sync()
+            torch.cuda._sleep(int(self.host_spin_us * self.cycles_per_us))
+            self.start.record()  # completes when the spin has ended
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            per_call = (time.perf_counter_ns() - t) / 1e3 / n
+            busy = not self.start.query()
+            self.sync()
+            if busy:
+                return per_call
+            if self.host_spin_us >= SPIN_CAP_US:
+                self.host_late_kept += 1
+                return per_call
+            self.host_late_discarded += 1
+            self.host_spin_us = min(SPIN_CAP_US, max(2 * self.host_spin_us, 2 * n * per_call + SPIN_MIN_US))
+
+    def wall_time(self, fn: Callable[[], object]) -> float:
+        """Synchronous eager wall microseconds of one call: the GPU idle, L2 flushed (when cold) and synchronised
+        first, then the call and a synchronize, as a caller that waits for each result sees it (no spin)."""
+        self.flush()
+        self.sync()
+        t = time.perf_counter_ns()
+        fn()
+        self.sync()
+        return (time.perf_counter_ns() - t) / 1e3
+
     def params(self) -> dict:
         return {"flush": (f"read {self.flush_bytes} bytes (2x L2 of {self.l2_bytes}) with torch.sum before "
                           "each sample" if self.buf is not None else "none (warm L2)"),
@@ -199,6 +245,13 @@ class HostSampler:
         start = time.perf_counter_ns()
         fn()
         return (time.perf_counter_ns() - start) / 1e3, None
+
+    def host_time(self, fn: Callable[[], object], n: int) -> float:
+        """Microseconds per call of ``n`` back-to-back calls: on a CPU the host time is the call's wall time."""
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - start) / 1e3 / n
 
     def params(self) -> dict:
         if self._flush is None:
