@@ -1,4 +1,5 @@
-"""LayerNorm over the last dimension: Triton kernel, torch reference and F.layer_norm as a peer.
+"""LayerNorm over the last dimension: Triton kernel, torch reference and F.layer_norm as a peer; the backward
+(dx, dweight, dbias), its reference and an autograd.Function (below the forward).
 
 ``out = (x - mean) * rsqrt(var + eps) * weight (+ bias)`` with x ``[tokens, hidden]``, weight and bias
 ``[hidden]``; the biased variance, as torch.nn.LayerNorm. Statistics in fp32, one rounding of the output.
@@ -23,6 +24,19 @@ from kernels.common import needs_bf16_rounding, round_to_bf16
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so the same launch heuristic:
 # rows packed per program while many remain, one row in registers up to 8192 columns, blocks beyond.
 from kernels.rmsnorm import RMSNormConfig
+from kernels.rmsnorm_bwd import (
+    LAYERNORM_LIMITS,
+    NormBwdConfig,
+    accumulator,
+    add_to_partial,
+    as_rows,
+    config_for,
+    load_vector,
+    load_x_dy,
+    row_chunk,
+    store_dx,
+    sum_partials,
+)
 
 
 @triton.jit
@@ -130,3 +144,194 @@ def layernorm_torch(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     """torch.nn.functional.layer_norm on the case's own dtype (its fused kernel, fp32 statistics), returning
     its own output so the timing holds no copy into ``out``."""
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias if has_bias else None, eps)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Backward. With xhat = (x - mean) * rstd and g = dy * w:
+#     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))     (means over the row)
+#     dw = sum over rows of dy * xhat,   db = sum over rows of dy
+# Saved tensors: x and weight; mean and rstd are recomputed (kernels/rmsnorm_bwd.py says why), in the pass
+# that sums g and g * xhat anyway. dw and db are reduced in the same two deterministic stages as RMSNorm's
+# dweight, with its launch configuration but LAYERNORM_LIMITS (each program writes one partial row of each).
+#
+# Measured on an H200 as kernels/rmsnorm_bwd.py says (bytes: x, dy, dx, w, dw and db once each; copy 4260 GB/s):
+# 16384 x 4096 bf16 122.3 us, 3291 GB/s (77%); fp32 221.5 us, 3636 GB/s (85%); 32768 x 4096 bf16 229.7 us (82%).
+# Four row sums against RMSNorm's two leave it short of RMSNorm's 83%. Rows longer than 4096 columns go blockwise
+# and fall far short: 332 us (28%) at 4096 x 16384; 8192-column rows, kept in registers at 16 or 32 warps, ran
+# 189-202 us (47-50%) at 8192 x 8192 but spilled, and the blockwise path they now take is not measured there.
+#
+# A row longer than one block is summed blockwise in its first pass, without ever forming sum(g * x) (which
+# would cancel as E[x^2] - E[x]^2 does when |mean| >> std): each block's mean, centred sum of squares, sum of g
+# and centred sum of g * x are merged into the running ones (Chan's update for the first two; for the last,
+# C = C_old + C_block + delta * (n_old * G_block - n_block * G_old) / n re-centres both on the merged mean,
+# delta being the block mean minus the old mean).
+
+
+# a row count of 1 specialised (decode) made ptxas pick other, spilling register budgets
+@triton.jit(do_not_specialize=["n_rows", "rows_per_program"])
+def _layernorm_bwd_kernel(
+    x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, n_rows, n_cols, rows_per_program, stride_part,
+    stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr, STAGES: tl.constexpr,
+):  # fmt: skip
+    pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
+    dw_row = part_ptr + pid * n_cols  # this program's partial row of dw; db's is stride_part further
+    db_row = dw_row + stride_part
+    cols = tl.arange(0, BLOCK_N).to(tl.int64)
+    if SINGLE_PASS:
+        w = load_vector(w_ptr, cols, stride_w, n_cols, ACC)
+        acc_w = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+        acc_b = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+        for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
+            rows = r0 + tl.arange(0, BLOCK_M)
+            x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
+                                    stride_dyn, ACC)
+            xc = tl.where(mask, x - (tl.sum(x, axis=1) / n_cols)[:, None], 0.0)
+            g = dy * w
+            # three row sums that wait for none of each other: mean(g * xhat) = rstd * mean(g * xc)
+            rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)[:, None]
+            mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
+            mean_gxhat = (tl.sum(g * xc, axis=1) / n_cols)[:, None] * rstd
+            xhat = xc * rstd
+            store_dx(dx_ptr, rows, cols, stride_dxm, stride_dxn, (g - mean_g - xhat * mean_gxhat) * rstd, mask)
+            acc_w += dy * xhat
+            if HAS_BIAS:
+                acc_b += dy
+        tl.store(dw_row + cols, tl.sum(acc_w, axis=0), mask=cols < n_cols)
+        if HAS_BIAS:
+            tl.store(db_row + cols, tl.sum(acc_b, axis=0), mask=cols < n_cols)
+    else:
+        for c0 in range(0, n_cols, BLOCK_N):
+            zero_ok = c0 + cols < n_cols
+            tl.store(dw_row + c0 + cols, tl.zeros([BLOCK_N], dtype=ACC), mask=zero_ok)
+            if HAS_BIAS:
+                tl.store(db_row + c0 + cols, tl.zeros([BLOCK_N], dtype=ACC), mask=zero_ok)
+        n_blocks = tl.cdiv(n_cols, BLOCK_N)
+        for r0 in range(row_start, row_end, BLOCK_M):
+            rows = r0 + tl.arange(0, BLOCK_M)
+            mean = tl.zeros([BLOCK_M], dtype=ACC)
+            m2 = tl.zeros([BLOCK_M], dtype=ACC)  # sum of (x - mean)**2
+            sum_g = tl.zeros([BLOCK_M], dtype=ACC)
+            cross = tl.zeros([BLOCK_M], dtype=ACC)  # sum of g * (x - mean)
+            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                c = c0 + cols
+                x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
+                                        stride_dyn, ACC)
+                g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
+                count = tl.sum((c < n_cols).to(ACC), axis=0)
+                block_mean = tl.sum(x, axis=1) / count
+                xc = tl.where(mask, x - block_mean[:, None], 0.0)
+                block_g = tl.sum(g, axis=1)
+                total = c0 + count
+                delta = block_mean - mean
+                cross += tl.sum(g * xc, axis=1) + delta * (c0 * block_g - count * sum_g) / total
+                mean += delta * (count / total)
+                m2 += tl.sum(xc * xc, axis=1) + delta * delta * (c0 * (count / total))
+                sum_g += block_g
+            rstd = tl.rsqrt(m2 / n_cols + eps)[:, None]
+            mean = mean[:, None]
+            mean_g = (sum_g / n_cols)[:, None]
+            mean_gxhat = (cross / n_cols)[:, None] * rstd
+            # every thread's partial-row stores of the last iteration are visible before this one reads them
+            tl.debug_barrier()
+            for i in tl.range(0, n_blocks, num_stages=STAGES):
+                c = (n_blocks - 1 - i) * BLOCK_N + cols
+                x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
+                                        stride_dyn, ACC)
+                xhat = tl.where(mask, x - mean, 0.0) * rstd
+                g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
+                store_dx(dx_ptr, rows, c, stride_dxm, stride_dxn, (g - mean_g - xhat * mean_gxhat) * rstd, mask)
+                add_to_partial(dw_row, c, n_cols, dy * xhat)
+                if HAS_BIAS:
+                    add_to_partial(db_row, c, n_cols, dy)
+
+
+def _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias) -> None:
+    hidden = x.shape[-1] if x.dim() else -1
+    shape = lambda t: None if t is None else tuple(t.shape)  # noqa: E731
+    if (x.dim() != 2 or shape(weight) != (hidden,) or shape(grad_out) != x.shape or shape(grad_x) != x.shape
+            or shape(grad_weight) != (hidden,) or (has_bias and shape(grad_bias) != (hidden,))):
+        raise ValueError(
+            f"layernorm_bwd: expected x, grad_out and grad_x [tokens, hidden], weight, grad_weight and grad_bias "
+            f"[hidden]; got x {shape(x)}, weight {shape(weight)}, grad_out {shape(grad_out)}, grad_x "
+            f"{shape(grad_x)}, grad_weight {shape(grad_weight)}, grad_bias {shape(grad_bias)}"
+        )
+
+
+def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
+                  grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool,
+                  config: NormBwdConfig | None = None) -> None:
+    """Triton LayerNorm backward into grad_x, grad_weight and (when ``has_bias``) grad_bias; any strides on every
+    tensor, grad_out's zero strides included. ``grad_bias`` is not written (and may be None) unless ``has_bias``,
+    as the forward's bias is not read. Deterministic."""
+    _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias)
+    has_bias = bool(has_bias)
+    grads = (grad_weight, grad_bias) if has_bias else (grad_weight,)
+    n_rows, n_cols = x.shape
+    if n_rows == 0:
+        for grad in grads:  # no rows: each is an empty sum
+            grad.zero_()
+        return
+    if n_cols == 0:
+        return
+    cfg = config_for(x, grad_out, config, "layernorm_bwd", LAYERNORM_LIMITS)
+    acc_torch, acc_tl = accumulator(x)
+    programs = cfg.programs(n_rows)
+    partials = torch.empty((len(grads), programs, n_cols), dtype=acc_torch, device=x.device)
+    _layernorm_bwd_kernel[(programs,)](
+        x, weight, grad_out, grad_x, partials, n_rows, n_cols, cfg.rows_per_program, partials.stride(0),
+        x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
+        grad_x.stride(0), grad_x.stride(1), eps,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=acc_tl,
+        STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+    )  # fmt: skip
+    for part, grad in zip(partials, grads, strict=True):
+        sum_partials(part, grad)
+
+
+def layernorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
+                      grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool) -> None:
+    """The closed form in plain torch, in fp32 or the inputs' precision if higher."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    xf, dy = x.to(acc), grad_out.to(acc)
+    xc = xf - xf.mean(dim=-1, keepdim=True)
+    rstd = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
+    xhat = xc * rstd
+    g = dy * weight.to(acc)
+    grad_x.copy_(rstd * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True)))
+    grad_weight.copy_((dy * xhat).sum(dim=0))
+    if has_bias:
+        grad_bias.copy_(dy.sum(dim=0))
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """LayerNorm over the last dimension of x (any leading dimensions), bias optional: the Triton forward and
+    backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+        x2, out = as_rows(x)
+        ctx.has_bias = bias is not None
+        layernorm(x=x2, weight=weight, bias=bias, out=out, eps=eps, has_bias=ctx.has_bias)
+        ctx.save_for_backward(x2, weight)
+        ctx.eps = eps
+        return out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        x2, weight = ctx.saved_tensors
+        _, grad_x = as_rows(x2)
+        grad_weight = torch.empty_like(weight)
+        grad_bias = torch.empty_like(weight) if ctx.has_bias else None
+        layernorm_bwd(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x,
+                      grad_weight=grad_weight, grad_bias=grad_bias, eps=ctx.eps, has_bias=ctx.has_bias)
+        need = ctx.needs_input_grad
+        return (grad_x.view(grad_out.shape), grad_weight if need[1] else None, grad_bias if need[2] else None,
+                None)
+
+
+def layernorm_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                       eps: float = 1e-5) -> torch.Tensor:
+    """``LayerNormFunction.apply``: a differentiable LayerNorm, as F.layer_norm over the last dimension."""
+    return LayerNormFunction.apply(x, weight, bias, eps)

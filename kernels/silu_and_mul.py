@@ -1,4 +1,5 @@
-"""SwiGLU activation as vLLM's ``silu_and_mul``: ``out = silu(x[:, :d]) * x[:, d:]``.
+"""SwiGLU activation as vLLM's ``silu_and_mul``: ``out = silu(x[:, :d]) * x[:, d:]``; its backward, reference and
+autograd.Function below the forward.
 
 x is ``[tokens, 2 * d]`` and out ``[tokens, d]``; computed in fp32 and rounded once to out's dtype.
 """
@@ -109,3 +110,95 @@ def silu_and_mul_liger(*, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return out
     d = x.shape[-1] // 2
     return LigerSiLUMulFunction.apply(x[..., :d], x[..., d:])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Backward. With a = x[:, :d], b = x[:, d:] and s = sigmoid(a):
+#     dx[:, :d] = dy * b * s * (1 + a * (1 - s))        (silu'(a) = s + a * s * (1 - s))
+#     dx[:, d:] = dy * a * s                            (silu(a))
+# Saved tensor: x. Elementwise, so it takes the forward's tiling (SiluAndMulConfig): x and dy read once, both
+# halves of dx written once; each program's gate and up columns are one tile apart, as in the forward. On an H200
+# (Triton 3.6, bytes x + dy + dx) it moved 4184 GB/s at 8192 x 14336 bf16 (280.7 us) and 4217 GB/s at 4096 x
+# 28672, beside 4260 GB/s for a device copy in the same run; of 8 other tilings none was faster by more than 2%.
+
+
+@triton.jit
+def _silu_and_mul_bwd_kernel(
+    x_ptr, dy_ptr, dx_ptr, n_rows, d, n_col_blocks,
+    stride_xm, stride_xn, stride_dym, stride_dyn, stride_dxm, stride_dxn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
+    x_rows = x_ptr + rows[:, None] * stride_xm
+    a = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(ACC)
+    b = tl.load(x_rows + (cols + d)[None, :] * stride_xn, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0).to(ACC)
+    # exp(-a) overflows to inf for a < -88: s = 0 and both gradients are -0 or 0, the limits
+    s = 1.0 / (1.0 + tl.exp(-a))
+    da = dy * b * s * (1.0 + a * (1.0 - s))
+    db = dy * a * s
+    dx_rows = dx_ptr + rows[:, None] * stride_dxm
+    tl.store(dx_rows + cols[None, :] * stride_dxn, da.to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(dx_rows + (cols + d)[None, :] * stride_dxn, db.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_and_mul_bwd(*, x: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
+                     config: SiluAndMulConfig | None = None) -> None:
+    """Triton backward into grad_x (x's shape, both halves); any strides on every tensor, grad_out's zero strides
+    included."""
+    _check_shapes(x, grad_out)
+    if grad_x.shape != x.shape:
+        raise ValueError(f"silu_and_mul_bwd: grad_x {tuple(grad_x.shape)} must have x's shape {tuple(x.shape)}")
+    n_rows, d = grad_out.shape
+    if grad_out.numel() == 0:
+        return
+    column_major = x.stride(0) == 1 and x.stride(1) != 1
+    cfg = config or SiluAndMulConfig.for_shape(n_rows, d, column_major)
+    n_col_blocks = triton.cdiv(d, cfg.block_n)
+    grid = (triton.cdiv(n_rows, cfg.block_m) * n_col_blocks,)
+    _silu_and_mul_bwd_kernel[grid](
+        x, grad_out, grad_x, n_rows, d, n_col_blocks,
+        x.stride(0), x.stride(1), grad_out.stride(0), grad_out.stride(1), grad_x.stride(0), grad_x.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,
+        num_warps=cfg.num_warps,
+    )  # fmt: skip
+
+
+def silu_and_mul_bwd_ref(*, x: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor) -> None:
+    """The closed form in plain torch, in fp32 or the inputs' precision if higher."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    d = x.shape[-1] // 2
+    a, b, dy = x[..., :d].to(acc), x[..., d:].to(acc), grad_out.to(acc)
+    s = torch.sigmoid(a)
+    grad_x[..., :d].copy_(dy * b * s * (1 + a * (1 - s)))
+    grad_x[..., d:].copy_(dy * a * s)
+
+
+class SiluAndMulFunction(torch.autograd.Function):
+    """``silu(x[..., :d]) * x[..., d:]`` over the last dimension of x (any leading dimensions): the Triton forward
+    and backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        out = torch.empty((x2.shape[0], x2.shape[1] // 2), dtype=x.dtype, device=x.device)
+        silu_and_mul(x=x2, out=out)
+        ctx.save_for_backward(x2)
+        return out.view(*x.shape[:-1], out.shape[1])
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (x2,) = ctx.saved_tensors
+        grad_x = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+        silu_and_mul_bwd(x=x2, grad_out=grad_out.reshape(x2.shape[0], x2.shape[1] // 2), grad_x=grad_x)
+        return grad_x.view(*grad_out.shape[:-1], x2.shape[1])
+
+
+def silu_and_mul_autograd(x: torch.Tensor) -> torch.Tensor:
+    """``SiluAndMulFunction.apply``: a differentiable SwiGLU on vLLM's fused [gate | up] layout."""
+    return SiluAndMulFunction.apply(x)
