@@ -27,6 +27,7 @@ import types
 # Modules whose every function, class, imported name and UPPER_CASE constant is fingerprinted.
 WATCHED_MODULES = (
     "harness.timing.sampler", "harness.timing.clocks", "harness.timing.engine", "harness.timing.stats",
+    "harness.timing.launch", "harness.correctness.backward",
     "harness.gate.interleave", "harness.gate.verdict", "harness.gate.abcase", "harness.gate.integrity",
     "harness.gate.policy", "harness.gate.model", "harness.correctness.checks", "harness.correctness.numerics",
     "harness.correctness.poison", "harness.correctness.calls", "harness.correctness.guards",

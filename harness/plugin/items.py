@@ -57,8 +57,10 @@ class SpecFile(pytest.File):
                         yield KernelCaseItem.from_parent(
                             self, name=name, spec=spec, backend=backend, status=status, dtype=dtype, case=case,
                             seed=case_seed(spec, dtype, case, opts["seed"]), device=device)
+        from harness.plugin.backward_items import backward_items
         from harness.plugin.op_items import op_items
 
+        yield from backward_items(self, spec, statuses, device, opts)
         yield from op_items(self, spec, list(statuses.values()), device, opts)
 
 

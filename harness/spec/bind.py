@@ -48,6 +48,10 @@ def _imports(r: Reader, spec) -> None:
     targets += [(f"peers.{p.name}.impl", p.impl, p.requires) for p in spec.peers.values()]
     targets += [("kernel.op", spec.op, ())] if spec.op else []
     targets += [("kernel.oracle", spec.oracle, ())] if spec.oracle else []
+    for b in (spec.backward.backends.values() if spec.backward else ()):
+        requires = spec.backends[b.backend].requires
+        targets += [(f"backward.backends.{b.backend}.{k}", getattr(b, k), requires) for k in ("autograd", "kernel")
+                    if getattr(b, k)]
     for key, path, requires in targets:
         if not all(module_available(m) for m in requires):
             continue  # checked where it can run; the arch resolver reports the missing module
@@ -75,10 +79,12 @@ def _imports(r: Reader, spec) -> None:
         if key == "kernel.op" and type(obj).__name__ not in _OP_TYPES:
             r.problem(key, f'"{path}" is a {type(obj).__name__}, not a torch op (an OpOverload, OpOverloadPacket or '
                            "what torch.library.custom_op returns)")
-        elif key.endswith((".impl", ".reference", ".oracle", ".build")) and not callable(obj):
+        elif key.endswith((".impl", ".reference", ".oracle", ".build", ".autograd", ".kernel")) and not callable(obj):
             r.problem(key, f'"{path}" is not callable')
         elif key.endswith((".impl", ".reference", ".oracle")):
             _signature(r, spec, key, path, obj)
+        elif key.endswith(".kernel"):
+            _signature(r, spec, key, path, obj, _backward_keywords(spec))
 
 
 _OP_TYPES = ("OpOverload", "OpOverloadPacket", "CustomOpDef")  # by name: the spec package never imports torch
@@ -89,18 +95,32 @@ def _is_parent(name: str, module: str) -> bool:
     return module == name or module.startswith(name + ".")
 
 
-def _signature(r: Reader, spec, key: str, path: str, fn) -> None:
-    """Every implementation is called with each tensor and param by name: its keywords must match the spec."""
+def _backward_keywords(spec) -> dict[str, str]:
+    """A standalone backward's keywords, each with the spec key that makes it: the saved tensors, grad_<output>
+    for each output, grad_<input> for each input that gets a gradient, and the params."""
+    from harness.spec.backward import grad_name
+
+    names = {n: f"backward.saved ({n})" for n in spec.backward.saved}
+    names.update({grad_name(t.name): f"outputs.{t.name}, its gradient" for t in spec.outputs})
+    names.update({grad_name(n): f"backward.inputs ({n}), its gradient" for n in spec.backward.inputs})
+    return {**names, **{n: f"params.{n}" for n in spec.params}}
+
+
+def _signature(r: Reader, spec, key: str, path: str, fn, keywords: dict[str, str] | None = None) -> None:
+    """Every implementation is called with each tensor and param by name: its keywords must match the spec
+    (``keywords``: name -> the spec key that makes it, for a call other than the forward's)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C extension without a signature: nothing to compare
         return
-    names = [t.name for t in spec.tensors] + list(spec.params)
+    if keywords is None:
+        keywords = {t.name: f"{'outputs' if t.output else 'inputs'}.{t.name}" for t in spec.tensors}
+        keywords.update({n: f"params.{n}" for n in spec.params})
+    names = list(keywords)
     takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
     by_keyword = {n for n, p in params.items()
                   if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
-    where = {t.name: f"{'outputs' if t.output else 'inputs'}.{t.name}" for t in spec.tensors}
-    where.update({n: f"params.{n}" for n in spec.params})
+    where = keywords
     if not takes_any:
         for n in names:
             if n not in by_keyword:

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.spec import expr as ex
 from harness.spec.archs import ArchError, parse_rule
 from harness.spec.schema import Reader, SpecError, describe, did_you_mean, one_line
+from harness.spec.tolerance import read_tolerance as _tolerance
 from harness.spec.waivers import flat_waivers, key_problem
 
 if sys.version_info >= (3, 11):
@@ -24,7 +25,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 from harness.spec.model import (
     COMPUTE_PRECISIONS,
-    DEFAULT_TOLERANCES,
     DISTRIBUTIONS,
     DTYPES,
     FLOAT_DTYPES,
@@ -39,7 +39,6 @@ from harness.spec.model import (
     Roofline,
     Spec,
     Tensor,
-    Tolerance,
 )
 
 
@@ -91,7 +90,7 @@ def load_all(paths) -> tuple[list[Spec], list[str]]:
 
 def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
-                 "cases", "roofline", "gate"], "", required=["kernel", "inputs", "cases"])
+                 "cases", "roofline", "gate", "backward"], "", required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
     r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout",
                "op", "oracle"],
@@ -162,6 +161,9 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
     if None in params.values() or None in param_present.values() or any(t is None for t in tensors):
         return None
+    from harness.spec.backward import read_backward
+
+    backward = read_backward(r, raw["backward"], tensors, params, backends, dtypes) if "backward" in raw else None
     return Spec(
         path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
         reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
@@ -170,7 +172,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
         op=_import_path(r, k, "kernel", "op") or None, oracle=_import_path(r, k, "kernel", "oracle") or None,
-        param_present=param_present,
+        param_present=param_present, backward=backward,
     )
 
 
@@ -356,50 +358,6 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
         return None
     parsed = tuple(_expr(r, ex.ast.unparse(a), key) for a in args)  # a distribution inside one: one problem
     return None if None in parsed else Distribution(kind, parsed)
-
-
-# Tolerance fields that may be an expression over the case's symbols instead of a number.
-SCALABLE = ("rtol", "atol", "mismatch_atol", "norm_rtol")
-
-
-def _tolerance(r: Reader, key: str, t: dict, dtype: str | None) -> Tolerance:
-    """``[tolerance.<dtype>]`` or a tensor's own ``tolerance``; anything looser than the default needs a reason.
-
-    ``dtype`` None: a case-dtype tensor's own tolerance, whose baseline is the strictest float default."""
-    r.keys(t, ["rtol", "atol", "max_mismatch", "mismatch_atol", "norm_rtol", "reason"], key)
-    if dtype in FLOAT_DTYPES + FP8_DTYPES or dtype is None:
-        d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0)) if dtype else min(DEFAULT_TOLERANCES.values())
-    else:  # integers are compared exactly unless the spec says otherwise
-        d_rtol, d_atol = 0.0, 0.0
-    values, scaled = {}, []
-    for n, default in (("rtol", d_rtol), ("atol", d_atol), ("max_mismatch", 0.0), ("mismatch_atol", 0.0),
-                       ("norm_rtol", None)):
-        if n in SCALABLE and isinstance(t.get(n), str):  # an expression over the case's symbols
-            try:
-                scaled.append((n, ex.parse(t[n])))
-            except ex.ExprError as exc:  # worded for the common case, a number mistyped as a string
-                r.problem(f"{key}.{n}", f"expected a number, got {describe(t[n])} (or an expression over the "
-                                        f"case's symbols: {exc})")
-            values[n] = math.nan  # Tolerance.at gives the number for a case; semantics checks every case's
-            continue
-        v = r.get(t, n, float, key, default=default)
-        if v is not None and not 0 <= v < math.inf:
-            r.problem(f"{key}.{n}", f"must be a finite number >= 0, got {v}")
-        values[n] = v
-    if not values["max_mismatch"] <= 1:
-        r.problem(f"{key}.max_mismatch", f"is a fraction of the elements, at most 1, got {values['max_mismatch']:g}")
-    if values["max_mismatch"] and "mismatch_atol" not in t:
-        r.problem(f"{key}.mismatch_atol", "required with max_mismatch: how far outside the bound a budgeted "
-                                          "element may be")
-    if "mismatch_atol" in t and not values["max_mismatch"]:
-        r.problem(f"{key}.mismatch_atol", "has no effect without max_mismatch")
-    reason = r.get(t, "reason", str, key, default="").strip()
-    looser = values["rtol"] > d_rtol or values["atol"] > d_atol or values["max_mismatch"] > 0 or "norm_rtol" in t
-    if looser and not reason:  # an expression's reason: semantics, once its symbols are known good
-        r.problem(key, f"loosens the default (rtol {d_rtol:g}, atol {d_atol:g}, no mismatch budget, the dtype's "
-                       "norm_rtol) without a reason")
-    return Tolerance(values["rtol"], values["atol"], reason, values["max_mismatch"], values["mismatch_atol"],
-                     values["norm_rtol"], tuple(scaled))
 
 
 def _roofline(r: Reader, t: dict) -> Roofline | None:

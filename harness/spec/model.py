@@ -213,6 +213,39 @@ class GateRule:
     reason: str
 
 
+# How a backward's grad outputs are drawn: "random", each output's gradient drawn like an input (normal, the
+# case's dtype, in the case's layout); "loss", the gradient of a scalar loss ``s * sum(outputs)``: one random
+# value expanded to each output's shape (every stride 0), as autograd hands it to the backward.
+GRAD_OUTPUTS = ("random", "loss")
+
+
+@dataclass(frozen=True)
+class BackwardImpl:
+    """One forward backend's backward: a differentiable callable, a standalone kernel, or both."""
+
+    backend: str                      # the forward backend it belongs to (its arch, requires and layouts)
+    autograd: str | None = None       # "module:attr": an autograd.Function (called through apply) or a callable
+    args: tuple[str, ...] = ()        # autograd's positional arguments, inputs and params by name
+    kernel: str | None = None         # "module:attr": destination-passing, saved tensors and grads by keyword
+
+
+@dataclass(frozen=True)
+class Backward:
+    """``[backward]``: which inputs get gradients, how grad outputs are drawn, what a standalone backward takes
+    of the forward, each backend's backward, and each gradient's own tolerance per dtype."""
+
+    inputs: tuple[str, ...]
+    grad_outputs: str = "random"
+    saved: tuple[str, ...] = ()
+    backends: dict[str, BackwardImpl] = dataclasses.field(default_factory=dict)
+    tolerances: dict[tuple[str, str], Tolerance] = dataclasses.field(default_factory=dict)  # (input, dtype)
+
+    def modes(self, backend: str) -> tuple[str, ...]:
+        """The backward items of a backend: "autograd", "kernel", both or none."""
+        b = self.backends.get(backend)
+        return () if b is None else tuple(m for m in ("autograd", "kernel") if getattr(b, m))
+
+
 @dataclass(frozen=True)
 class Spec:
     path: str
@@ -240,6 +273,7 @@ class Spec:
     oracle: str | None = None       # an independent implementation the reference backend is checked against
     # Optional params: name -> the expression saying where it is passed (elsewhere it is None).
     param_present: dict[str, ex.Expr] = dataclasses.field(default_factory=dict)
+    backward: Backward | None = None  # ``[backward]``; None: the forward only
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -285,6 +319,13 @@ class Spec:
             return self.tolerances[dtype]
         rtol, atol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
         return Tolerance(rtol, atol)
+
+    def grad_tolerance(self, dtype: str, name: str, case: Case | None = None) -> Tolerance:
+        """The bound for input ``name``'s gradient: its own ``[backward.tolerance.<name>.<dtype>]``, else the
+        forward's at ``dtype`` (``[tolerance.<dtype>]`` or torch.testing's default)."""
+        own = self.backward.tolerances.get((name, dtype)) if self.backward else None
+        tol = own or self._declared_tolerance(dtype, None)
+        return tol.at(self.env(case)) if case is not None else tol
 
     def layouts_for(self, backend: str) -> tuple[str, ...]:
         b = self.backends.get(backend)

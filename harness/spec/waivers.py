@@ -16,7 +16,10 @@ from harness.spec.checks import WAIVABLE
 from harness.spec.model import Spec
 from harness.spec.schema import did_you_mean
 
-_MATRIX, _BENCH = "matrix", "bench"
+_MATRIX, _BENCH, _BACKWARD = "matrix", "bench", "backward"
+# The backward items' checks a spec may waive, as backward.<check> (a forward waiver leaves the backward's alone:
+# a split-K forward with atomics says nothing of its backward's reduction).
+BACKWARD_WAIVABLE = ("zero-size", "inputs", "determinism")
 BASELINES = ("reference", "torch.compile")  # the providers every kernel has besides its backends and peers
 
 
@@ -32,7 +35,7 @@ class Waiver:
 def parse_key(key: str) -> tuple[str, str]:
     """(kind, name) of a ``[waive]`` key: ("check", "determinism"), ("matrix", "gfx950"), ("bench", "liger")."""
     kind, dot, name = key.partition(".")
-    if dot and kind in (_MATRIX, _BENCH):
+    if dot and kind in (_MATRIX, _BENCH, _BACKWARD):
         return kind, name
     return "check", key
 
@@ -47,7 +50,7 @@ def flat_waivers(table: dict) -> list[tuple[str, object]]:
 
     out: list[tuple[str, object]] = []
     for key, value in table.items():
-        out += flat(key, value) if key in (_MATRIX, _BENCH) else [(key, value)]
+        out += flat(key, value) if key in (_MATRIX, _BENCH, _BACKWARD) else [(key, value)]
     return out
 
 
@@ -62,6 +65,11 @@ def key_problem(key: str, peers=()) -> str:
         except ArchError:
             return f"not a matrix target: {name!r} (expected {EXPECTED}, or cuda or rocm for a whole vendor)"
         return ""
+    if kind == _BACKWARD:
+        if name in BACKWARD_WAIVABLE:
+            return ""
+        return (f"not a waivable backward check: {name!r}{did_you_mean(name, BACKWARD_WAIVABLE)} (one of "
+                f"{', '.join(BACKWARD_WAIVABLE)})")
     if kind == _BENCH:
         known = BASELINES + tuple(peers)
         if name in known:
@@ -93,6 +101,8 @@ def matrix_waiver(waivers: dict[str, str], arch: str) -> str | None:
 
 def _what(key: str) -> str:
     kind, name = parse_key(key)
+    if kind == _BACKWARD:
+        return f"backward check {name} waived"
     return f"provider {name} not benchmarked" if kind == _BENCH else f"check {key} waived"
 
 
@@ -101,6 +111,9 @@ def spec_waivers(spec: Spec) -> list[Waiver]:
              for d, t in spec.tolerances.items() if t.loosened]
     lines += [Waiver(spec.name, f"tolerance of {t.name} {t.tolerance.describe()}", t.tolerance.reason)
               for t in spec.tensors if t.tolerance is not None and t.tolerance.loosened]
+    if spec.backward is not None:
+        lines += [Waiver(spec.name, f"tolerance of the gradient of {n} at {d} {t.describe()}", t.reason)
+                  for (n, d), t in spec.backward.tolerances.items() if t.loosened]
     lines += [Waiver(spec.name, _what(c), r) for c, r in spec.waivers.items()]
     if spec.gate is not None:
         lines.append(Waiver(spec.name, f"gate minimum effect {spec.gate.min_effect} floor {spec.gate.floor_us} us",

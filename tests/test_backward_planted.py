@@ -1,0 +1,88 @@
+"""The generated backward items against the planted backward bugs of tests/planted/backward_kernels.py
+(tests/specs/planted_backward.toml makes each a backend): each is caught by the check that names its cause,
+with its message, and the shipped backward passes every item."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness.correctness.args import case_seed
+from harness.correctness.backward import BackwardContext, run_backward_checks
+from harness.correctness.checks import CaseContext
+from harness.correctness.registry import CheckFailure
+from harness.spec.bind import bind
+from harness.spec.imports import use_interpreter_if_no_gpu
+from harness.spec.load import load
+from tests.e2e import REPO
+
+SPEC = REPO / "tests" / "specs" / "planted_backward.toml"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    use_interpreter_if_no_gpu()
+    return bind(load(SPEC))
+
+
+def _run(spec, backend: str, mode: str = "kernel", grads: str = "case", tier: str = "ci", layout="contiguous"):
+    case = next(c for c in spec.cases[tier] if c.layout == layout)
+    ctx = CaseContext(spec, backend, "fp32", case, case_seed(spec, "fp32", case), "cpu", "cpu")
+    return run_backward_checks(BackwardContext(ctx, mode, grads))
+
+
+@pytest.mark.parametrize("mode", ["autograd", "kernel"])
+@pytest.mark.parametrize("grads", ["case", "expanded"])
+def test_the_shipped_backward_passes_every_check(spec, mode, grads):
+    outcome = _run(spec, "correct", mode, grads)
+    want = ["call", "guards"] + (["poison"] if mode == "kernel" else []) + ["numerics", "inputs", "determinism"]
+    assert outcome.checks == want
+
+
+@pytest.mark.parametrize("backend, check, message", [
+    ("drops_last_partial", "numerics", r"^numerics: grad_weight: "),
+    ("ignores_weight", "numerics", r"^numerics: grad_x: "),
+    ("writes_grad_output", "inputs", r"^inputs: grad_out \(the grad output, an input of the backward\) was changed"),
+    ("atomic", "determinism", r"^determinism: grad_weight: a second backward on the same inputs differs in \d+ "
+                              r"elements"),
+])
+def test_each_planted_backward_is_caught_by_its_check(spec, backend, check, message):
+    with pytest.raises(CheckFailure) as info:
+        _run(spec, backend)
+    assert info.value.check == check
+    text = str(info.value)
+    assert re.search(message, text), text
+    # the context, as the forward's failures end
+    assert f"[planted_backward backend={backend} pass=backward(kernel) grads=case dtype=fp32 case=ci:" in text
+
+
+def test_a_waived_backward_determinism_lets_the_atomic_reduction_pass_with_its_reason(spec):
+    import dataclasses
+
+    waived = dataclasses.replace(spec, waivers={"backward.determinism": "atomic dweight, order of the adds"})
+    outcome = _run(waived, "atomic")
+    assert "determinism" not in outcome.checks
+    assert "backward.determinism waived: atomic dweight, order of the adds" in outcome.notes
+
+
+def test_the_generated_items_fail_the_planted_backends_and_pass_the_shipped_one(tmp_path):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(SPEC, specs / SPEC.name)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--specs", str(specs),
+                           "--kernel", "planted_backward", "-k", "bwd", "-rf", "--no-header"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    out = proc.stdout
+    failed = set(re.findall(r"^FAILED \S+::(planted_backward\[bwd-(\w+)-(\w+)-fp32-[^\]]*\])", out, re.M))
+    backends = {b for _, b, _ in failed}
+    assert backends == {"drops_last_partial", "ignores_weight", "writes_grad_output", "atomic"}, out[-3000:]
+    assert not any(b == "correct" for _, b, _ in failed)
+    # the zero-size item of a planted backend passes (each falls back to the shipped one at 0 rows)
+    assert "planted_backward[bwd-atomic-kernel-fp32-tokens=0,hidden=256]" not in {n for n, _, _ in failed}
+    assert "reproduce: python -m pytest '" in out and "planted_backward[bwd-ignores_weight-kernel-fp32-" in out
+    assert re.search(r"planted_backward\[bwd-correct-autograd-fp32-tokens=83,hidden=256-expanded\]", out) or \
+        " passed" in out
