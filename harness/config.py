@@ -13,6 +13,7 @@ line naming the file and the key, raised as BadInput (exit code 2).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +28,24 @@ else:  # pragma: no cover - Python 3.10
 TABLE = "tool.kernel-harness"
 FOLDER_LISTS = {"specs": ("specs",), "import-roots": (".",), "kernels": ("kernels",)}  # key -> default
 REPORTS = "build/reports"  # git-ignored scratch output: a plain `bench` leaves the checkout clean
-KEYS = (*FOLDER_LISTS, "reports", "tier", "gate")
+KEYS = (*FOLDER_LISTS, "reports", "tier", "gate", "toolchains", "known-defects")
 GATE_KEYS = ("min-effect", "calibration")
+TOOLCHAIN_KEYS = ("triton", "torch", "regressions")
+REGRESSION_POLICIES = ("report", "fail")
+RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?(\+[A-Za-z0-9.]+)?$")  # "3.6" (the newest 3.6.x), "3.6.0", "2.13.0+cpu"
 
 
 @dataclass(frozen=True)
 class GatePolicy:
     min_effect: float | None = None     # the project's smallest change worth blocking a merge for; None: the harness's
     calibration: Path | None = None     # a calibration.json measured on the project's runners; None: the shipped one
+
+
+@dataclass(frozen=True)
+class Toolchains:
+    triton: tuple[str, ...] = ()        # the Triton releases the project supports: `matrix --triton`, `test-releases`
+    torch: tuple[str, ...] = ()         # the torch releases its CPU tests run under (`test-releases`)
+    regressions: str = "report"         # "fail": a difference flagged between releases fails `matrix --triton`
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class Config:
     reports: Path                       # where `bench` writes without --out
     tier: str = "ci"                    # pytest's default --tier
     gate: GatePolicy = field(default_factory=GatePolicy)
+    toolchains: Toolchains = field(default_factory=Toolchains)
+    known_defects: Path | None = None   # the recorded upstream defects (harness.plugin.known_defects)
 
     def where(self, key: str) -> str:
         """``pyproject.toml: tool.kernel-harness.<key>``, the prefix of a problem with that key's value."""
@@ -118,7 +131,10 @@ def load_config(start: Path | None = None) -> Config:
     reports = Path(os.path.abspath(root / _text(table, "reports", where, REPORTS)))
     config = Config(root=root, source=source, specs=folders("specs"), import_roots=folders("import-roots"),
                     kernels=folders("kernels"), reports=reports, tier=_text(table, "tier", where, "ci"),
-                    gate=_gate(table.get("gate", {}), f"{where}.gate", root))
+                    gate=_gate(table.get("gate", {}), f"{where}.gate", root),
+                    toolchains=_toolchains(table.get("toolchains", {}), f"{where}.toolchains"),
+                    known_defects=None if "known-defects" not in table else
+                    Path(os.path.abspath(root / _text(table, "known-defects", where, ""))))
     for folder in config.kernels:
         config.package(folder)  # a kernel folder the import roots cannot reach is a mistake now, not at the gate
     return config
@@ -135,12 +151,18 @@ def _text(table: dict, key: str, where: str, default: str) -> str:
     return value
 
 
-def _gate(table, where: str, root: Path) -> GatePolicy:
+def _subtable(table, where: str, keys: tuple[str, ...]) -> dict:
+    """A sub-table of [tool.kernel-harness] with only the keys it may have."""
     if not isinstance(table, dict):
         raise BadInput(f"{where}: expected a table, got {table!r}")
-    unknown = sorted(set(table) - set(GATE_KEYS))
+    unknown = sorted(set(table) - set(keys))
     if unknown:
-        raise BadInput(f"{where}.{unknown[0]}: unknown key (known: {', '.join(GATE_KEYS)})")
+        raise BadInput(f"{where}.{unknown[0]}: unknown key (known: {', '.join(keys)})")
+    return table
+
+
+def _gate(table, where: str, root: Path) -> GatePolicy:
+    table = _subtable(table, where, GATE_KEYS)
     effect = table.get("min-effect")
     if effect is not None and (isinstance(effect, bool) or not isinstance(effect, (int, float))
                                or not 0 <= effect < 1):  # NaN fails the comparison too
@@ -149,6 +171,20 @@ def _gate(table, where: str, root: Path) -> GatePolicy:
     if calibration is not None:
         calibration = Path(os.path.abspath(root / _text(table, "calibration", where, "")))
     return GatePolicy(None if effect is None else float(effect), calibration)
+
+
+def _toolchains(table, where: str) -> Toolchains:
+    table = _subtable(table, where, TOOLCHAIN_KEYS)
+    releases = {}
+    for key in ("triton", "torch"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and RELEASE.match(v.strip()) for v in value):
+            raise BadInput(f"{where}.{key}: expected a list of releases such as [\"3.6\", \"3.9.0\"], got {value!r}")
+        releases[key] = tuple(dict.fromkeys(v.strip() for v in value))
+    policy = table.get("regressions", "report")
+    if policy not in REGRESSION_POLICIES:
+        raise BadInput(f"{where}.regressions: expected one of {', '.join(REGRESSION_POLICIES)}, got {policy!r}")
+    return Toolchains(releases["triton"], releases["torch"], policy)
 
 
 def use_import_roots(config: Config) -> None:

@@ -4,6 +4,7 @@ Registered through the ``pytest11`` entry point, so plain ``pytest`` picks it up
 collection hook (no generated files); a broken spec becomes one failing item with its one-line problems,
 so the other kernels still run. The spec folders, the import roots and the default tier come from the
 project's ``[tool.kernel-harness]`` table (harness.config); ``--specs`` and ``--tier`` override it.
+With its ``known-defects`` key, the failures recorded there are expected failures (known_defects.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if tier not in RUN_TIERS:
         raise pytest.UsageError(f"{project.where('tier')}: expected one of {', '.join(sorted(RUN_TIERS))}, "
                                 f"got {tier!r}")
+    if project.known_defects is not None:  # the project's recorded defects: expected failures (known_defects.py)
+        from harness.plugin.known_defects import enable
+
+        enable(config, project)
     use_import_roots(project)  # before any kernel module is imported, as is the interpreter switch
     use_interpreter_if_no_gpu()
     folders = _spec_folders(config, project)
@@ -119,10 +124,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # --kernel selects generated kernel tests only: what was collected anyway (a test file named on the command
     # line) is deselected.
+    from harness.plugin.backward_items import BackwardCaseItem
     from harness.plugin.bench_items import BenchCaseItem
     from harness.plugin.op_items import OpCheckItem
 
-    generated = (KernelCaseItem, SpecErrorItem, BenchCaseItem, OpCheckItem)
+    generated = (KernelCaseItem, SpecErrorItem, BenchCaseItem, OpCheckItem, BackwardCaseItem)
     keep = [i for i in items if isinstance(i, generated)]
     dropped = [i for i in items if not isinstance(i, generated)]
     if dropped:

@@ -6,9 +6,8 @@ allocate their outputs, so each adapter maps the names onto vLLM's call and retu
 by output name); the harness checks what a backend returns. Where a launcher takes an output buffer
 (per_token_group_quant_fp8's out_q), it is given the harness's, so that buffer sits between guard bands.
 
-Nothing here works around a vLLM defect. What the adapters do translate are the spec language's gaps
-(README.md, "Gaps"): an optional tensor (the gated norm's z and bias) is always allocated by the harness and
-dropped here when a boolean case symbol says so.
+Nothing here works around a vLLM defect. An optional tensor (the gated norm's z and bias, `present` in its spec)
+arrives as None where the case leaves it out, as vLLM's call takes it.
 
 One workaround off the GPU, not of vLLM: _layer_norm_fwd launches inside ``with torch.cuda.device(x.device.index)``,
 and a CPU or meta tensor's index is None, which torch 2.13 rejects (``TypeError: '<' not supported between
@@ -59,11 +58,11 @@ def _no_device_index_is_a_no_op(x: torch.Tensor):
         torch.cuda.device = real
 
 
-def rms_norm_gated(*, x, z, weight, bias, y, eps, group_size, norm_before_gate, has_z, has_bias):
+def rms_norm_gated(*, x, z, weight, bias, y, eps, group_size, norm_before_gate):
     """layernorm_gated.rms_norm_gated(x, weight, bias, z, eps, group_size, norm_before_gate)."""
     with _no_device_index_is_a_no_op(x):
-        out = _vllm_rms_norm_gated(x, weight, bias if has_bias else None, z=z if has_z else None, eps=eps,
-                                   group_size=group_size, norm_before_gate=norm_before_gate)
+        out = _vllm_rms_norm_gated(x, weight, bias, z=z, eps=eps, group_size=group_size,
+                                   norm_before_gate=norm_before_gate)
     return {"y": out}
 
 
@@ -72,12 +71,13 @@ def _mixer2(hidden: int, groups: int, eps: float) -> Mixer2RMSNormGated:
     return Mixer2RMSNormGated(full_hidden_size=hidden, full_n_groups=groups, eps=eps)
 
 
-def mixer2_rms_norm_gated_native(*, x, z, weight, bias, y, eps, group_size, norm_before_gate, has_z, has_bias):
+def mixer2_rms_norm_gated_native(*, x, z, weight, bias, y, eps, group_size, norm_before_gate):
     """Mixer2RMSNormGated.forward_native(x, gate), one process: Mamba2's layer gates before the norm, has a gate
     and no bias, so any other case is refused."""
-    if has_bias or not has_z or norm_before_gate:
+    if bias is not None or z is None or norm_before_gate:
         raise ValueError("Mixer2RMSNormGated gates before the norm, with a gate and no bias "
-                         f"(has_z={has_z}, has_bias={has_bias}, norm_before_gate={norm_before_gate})")
+                         f"(z given: {z is not None}, bias given: {bias is not None}, "
+                         f"norm_before_gate={norm_before_gate})")
     layer = _mixer2(x.shape[-1], x.shape[-1] // group_size, eps)
     layer.weight.data = weight  # as vLLM's own test loads it (test_mamba_mixer2.py)
     with torch.no_grad():  # vLLM runs its layers without autograd; the weight is an nn.Parameter

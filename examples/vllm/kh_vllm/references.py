@@ -31,15 +31,15 @@ def per_token_group_quant_fp8(*, x, q, scale, group_size, eps, column_major, ue8
     scale.copy_(s.squeeze(-1))
 
 
-def rms_norm_gated(*, x, z, weight, bias, y, eps, group_size, norm_before_gate, has_z, has_bias):
+def rms_norm_gated(*, x, z, weight, bias, y, eps, group_size, norm_before_gate):
     """Per group of ``group_size`` columns, x * rsqrt(mean(x^2) + eps), then * weight (+ bias); gated by silu(z)
-    after the norm (norm_before_gate) or before it."""
-    if has_z and not norm_before_gate:
+    after the norm (norm_before_gate) or before it. z and bias are optional (None)."""
+    if z is not None and not norm_before_gate:
         x = x * F.silu(z)
     groups = _grouped(x, group_size)
     out = (groups * torch.rsqrt(groups.pow(2).mean(dim=-1, keepdim=True) + eps)).reshape(x.shape) * weight
-    if has_bias:
+    if bias is not None:
         out = out + bias
-    if has_z and norm_before_gate:
+    if z is not None and norm_before_gate:
         out = out * F.silu(z)
     y.copy_(out)
