@@ -3,13 +3,14 @@
 `record_launches` runs a launcher with every Triton launch intercepted (nothing executes, tensors are on the
 meta device) and returns one `LaunchRecord` per launch (every autotune config included): what Triton's own
 launcher would specialise, so harness.aot.triton can compile it ahead of time for any target.
-Triton and torch are imported lazily. Triton: versions with native_specialize_impl (tested on 3.6 .. 3.9).
+Triton and torch are imported lazily. Triton: 3.4 to 3.9 (native_specialize_impl from 3.6, its Python form before).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import types
 import warnings
@@ -159,8 +160,15 @@ _AUTOTUNE: list[tuple[int, int]] = []
 
 def _specialise(jit, bound: dict[str, Any]) -> tuple[dict, dict, tuple, tuple]:
     """Triton's own specialisation of each argument (type, value-1/None -> constexpr, divisibility by 16)."""
-    from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
+
+    try:
+        from triton._C.libtriton import native_specialize_impl
+    except ImportError:  # triton < 3.6: the same rules in Python, over the backend's argument specialisation
+        from triton.runtime.jit import create_specialize_impl
+
+        python_impl = create_specialize_impl(BaseBackend.get_arg_specialization)
+        native_specialize_impl = lambda _backend, v, *flags: python_impl(v, *flags)
 
     def spec(v, kp):  # what the launcher Triton generates for this kernel computes, argument by argument
         return native_specialize_impl(BaseBackend, v, kp.is_const, not kp.do_not_specialize,
@@ -234,6 +242,25 @@ def _autotune_run(self, *args, **kwargs):
             _AUTOTUNE.pop()
 
 
+class _RecordingRun:
+    """``run`` as a data descriptor, which wins over an instance attribute: before 3.6 an InterpretedFunction
+    set its own ``run`` in ``__init__`` (what an autotuner or heuristics wrapper calls) and its ``__getitem__``
+    ran the kernel without it. An instance made inside the block keeps its own for after the block."""
+
+    def __get__(self, obj, cls=None):
+        return self if obj is None else functools.partial(_recording_run, obj)
+
+    def __set__(self, obj, value):
+        obj.__dict__["run"] = value
+
+
+def _recording_getitem(self, grid):
+    return lambda *args, **kwargs: _recording_run(self, *args, grid=grid, **kwargs)
+
+
+_MISSING = object()
+
+
 @contextlib.contextmanager
 def intercept_launches():
     """Within the block every `kernel[grid](...)` (plain, interpreted, autotuned, heuristics) is recorded
@@ -241,19 +268,26 @@ def intercept_launches():
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    patches = [(JITFunction, _recording_run), (Autotuner, _autotune_run), (_interpreted_cls(), _recording_run)]
-    saved = [(cls, cls.__dict__["run"]) for cls, _ in patches]
+    interp = _interpreted_cls()
+    patches = [(JITFunction, "run", _recording_run), (Autotuner, "run", _autotune_run),
+               (interp, "run", _RecordingRun())]
+    if "__getitem__" in interp.__dict__:  # triton < 3.6: not KernelInterface's, which goes through run
+        patches.append((interp, "__getitem__", _recording_getitem))
+    saved = [(cls, name, cls.__dict__.get(name, _MISSING)) for cls, name, _ in patches]
     records: list[LaunchRecord] = []
     _ACTIVE.append(records)
     try:
-        for cls, repl in patches:
-            cls.run = repl
+        for cls, name, repl in patches:
+            setattr(cls, name, repl)
         yield records
     finally:
         _ACTIVE.pop()
         if not _ACTIVE:  # the outermost block restores
-            for cls, orig in saved:
-                cls.run = orig
+            for cls, name, orig in saved:
+                if orig is _MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, orig)
 
 
 def _storage_span(t) -> int:

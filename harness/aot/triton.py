@@ -4,8 +4,8 @@
 target (sm_80/90/100: cubin, read with cuobjdump and ptxas -v) or an AMD one (gfx942/gfx950, wave64: amdgcn
 text, read by harness.aot.amd) without a GPU, `check` turns the resources into problems, `render_table`
 shows them. Triton and torch are imported lazily.
-Triton: versions with ASTSource(fn, signature, constexprs, attrs) and knobs (tested on 3.6, 3.8 and 3.9,
-whose ASTSource forms are the same).
+Triton: versions with ASTSource(fn, signature, constexprs, attrs) and knobs (3.5 to 3.9, whose ASTSource
+forms are the same; 3.4's AMD backend needs ROCm's ld.lld, which 3.5 links in).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from harness.aot import amd, parallel
+from harness.aot import amd, elf, occupancy, parallel
 from harness.aot.launches import LaunchRecord, as_jit_function, intercept_launches, jit_language, record_launches
 from harness.aot.nvcc import (
     ARCH_LIMITS,
@@ -52,6 +52,7 @@ class CompileResult:
     compile_s: float = 0.0
     record: LaunchRecord | None = field(default=None, repr=False, compare=False)
     num_warps: int = 0              # as compiled: an AMD compile takes HIP's defaults where the launch gave none
+    code_bytes: int | None = None   # machine code in the binary (cubin or hsaco), harness.aot.elf
 
 
 # ---------------------------------------------------------------------------------------------- compile
@@ -153,10 +154,12 @@ def compile_launch(record: LaunchRecord, arch: str | int) -> CompileResult:
     dynamic = int(getattr(kernel.metadata, "shared", 0) or 0)
     if "amdgcn" in kernel.asm:
         res, err = amd.parse_resources(kernel.asm["amdgcn"], name, dynamic, options["num_warps"], arch_name)
+        binary = kernel.asm["hsaco"] if "hsaco" in kernel.asm else None
     else:
         res, err = _cubin_resources(kernel, name, log.getvalue())
+        binary = kernel.asm["cubin"]
     return CompileResult(**_base(record, arch_name, options), ok=True, error=err, resources=res,
-                         compile_s=compile_s, dynamic_shared_bytes=dynamic)
+                         compile_s=compile_s, dynamic_shared_bytes=dynamic, code_bytes=elf.code_bytes(binary))
 
 
 class _Captured:
@@ -289,7 +292,8 @@ def check(result: CompileResult, arch: str | int | None = None, allow_spills: bo
 @dataclass(frozen=True)
 class TableRow:
     """One compiled launch on one target. NVIDIA and AMD share registers (VGPRs on AMD), stack_bytes (scratch
-    per lane on AMD) and shared_bytes (LDS on AMD); spills are bytes on NVIDIA, register counts on AMD."""
+    per lane on AMD) and shared_bytes (LDS on AMD); spills are bytes on NVIDIA, register counts on AMD.
+    occupancy is waves per SIMD on AMD (LLVM's, capped by the LDS), warps per SM on NVIDIA (harness.aot.occupancy)."""
 
     kernel: str
     arch: str
@@ -306,6 +310,7 @@ class TableRow:
     vgpr_spills: int | None = None
     sgpr_spills: int | None = None
     occupancy: int | None = None
+    code_bytes: int | None = None
 
 
 def table_rows(results: list[CompileResult], allow_spills: bool = False) -> list[TableRow]:
@@ -316,11 +321,13 @@ def table_rows(results: list[CompileResult], allow_spills: bool = False) -> list
         if isinstance(r, amd.AmdResources):
             rows.append(TableRow(res.kernel_name, res.arch, res.config, r.vgprs, None, None, r.scratch_bytes,
                                  r.lds_bytes, round(res.compile_s, 3), status, r.sgprs, r.agprs, r.vgpr_spills,
-                                 r.sgpr_spills, r.occupancy))
+                                 r.sgpr_spills, r.occupancy, res.code_bytes))
             continue
+        occ = r and occupancy.warps_per_sm(r.registers, r.shared_bytes, res.num_warps, res.arch)
         rows.append(TableRow(res.kernel_name, res.arch, res.config, r and r.registers,
                              r and r.spill_store_bytes, r and r.spill_load_bytes, r and r.stack_bytes,
-                             r and r.shared_bytes, round(res.compile_s, 3), status))
+                             r and r.shared_bytes, round(res.compile_s, 3), status, occupancy=occ,
+                             code_bytes=res.code_bytes))
     return rows
 
 
@@ -330,13 +337,13 @@ def _cells(r: TableRow) -> tuple[str, ...]:
         regs = f"{r.registers}v{f'+{r.agprs}a' if r.agprs else ''}/{r.sgprs}s"
         return regs, f"{r.vgpr_spills}v/{r.sgpr_spills}s", cell(r.stack_bytes), cell(r.shared_bytes), cell(r.occupancy)
     spills = "-" if r.spill_store_bytes is None else f"{r.spill_store_bytes}/{r.spill_load_bytes}"
-    return cell(r.registers), spills, cell(r.stack_bytes), cell(r.shared_bytes), "-"
+    return cell(r.registers), spills, cell(r.stack_bytes), cell(r.shared_bytes), cell(r.occupancy)
 
 
 def render_table(rows: list[TableRow]) -> str:
     """Plain text for the terminal: kernel | arch | config | regs | spills st/ld | stack | smem | occ | status.
     On AMD rows regs are VGPRs/SGPRs, spills register counts, stack the scratch and smem the LDS (bytes); occ
-    is waves per SIMD."""
+    is waves per SIMD there, warps per SM on NVIDIA."""
     head = ("kernel", "arch", "config", "regs", "spills st/ld", "stack", "smem", "occ", "status")
     body = [(r.kernel, r.arch, r.config, *_cells(r), r.status) for r in rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]

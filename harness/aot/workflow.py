@@ -208,7 +208,9 @@ def write_entries(run: MatrixRun) -> MatrixRun:
     if path.is_dir():
         raise BadInput(f"--out {run.out}: is a folder; give the file to write (e.g. {path / 'matrix.json'})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"schema": MATRIX_SCHEMA, "archs": list(run.archs), "entries": [dataclasses.asdict(e) for e in run.entries]}
+    doc = {"schema": MATRIX_SCHEMA, "archs": list(run.archs), "entries": [dataclasses.asdict(e) for e in run.entries],
+           # what compiled it and each config's figures: what the diff across Triton releases compares
+           "toolchain": toolchain_versions(), "rows": [dataclasses.asdict(r) for r in run.rows]}
     run.write_text(path, json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     return run
@@ -219,6 +221,23 @@ def print_totals(run: MatrixRun) -> MatrixRun:
     print(f"matrix: {len(run.rows)} compiled kernel configs x archs ({', '.join(run.archs)}), "
           f"{len(run.problems)} problem(s), {count('waived')} waived, {count('not applicable')} not applicable")
     return run
+
+
+def toolchain_versions() -> dict[str, str]:
+    """The versions of the packages that compiled the matrix (imported by now: the specs bound their kernels)."""
+    import importlib.metadata as metadata
+
+    out = {}
+    for name in ("triton", "torch"):
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None)
+        if version is None:
+            try:
+                version = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                version = "not installed"
+        out[name] = str(version)
+    return out
 
 
 STEPS = (pick_archs, pick_workers, load_specs, plan_backends, build_cuda_backends, record_launches,

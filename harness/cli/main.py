@@ -18,7 +18,7 @@ def _load_plugins() -> None:
 
     for mod in ("harness.cli.specs", "harness.cli.bench", "harness.cli.matrix", "harness.cli.sanitize",
                 "harness.cli.compare", "harness.cli.new", "harness.cli.profile", "harness.cli.affected",
-                "harness.cli.ci", "harness.cli.ci_comment"):
+                "harness.cli.ci", "harness.cli.ci_comment", "harness.cli.toolchains"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

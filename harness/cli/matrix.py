@@ -3,7 +3,8 @@ backend ahead of time for each target architecture (NVIDIA sm_80/90/100, AMD gfx
 resources from the binaries. No GPU. CUDA C++ backends are not applicable on AMD targets; a spec may waive a
 target with a reason (`[waive] "matrix.gfx950" = "..."`): a waived target is not compiled (like a waived check,
 it is not run) unless --compile-waived asks to see its problems. `--out` writes the entries for the report.
-The run itself is harness.aot.workflow's steps.
+The run itself is harness.aot.workflow's steps. `--triton 3.5,3.6,3.9` runs it once per Triton release, each in
+its own cached environment, and compares them kernel by kernel: harness.aot.release_workflow's steps.
 """
 
 from __future__ import annotations
@@ -26,12 +27,23 @@ def _options(p) -> None:
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="compile Triton kernels in N worker processes (default: $KH_MATRIX_JOBS, else every "
                         "core; 1: one after the other in this process)")
+    p.add_argument("--triton", action="append", nargs="?", const="", default=None, metavar="RELEASES",
+                   help="compile under each of these Triton releases (3.5,3.6,3.9; alone: [tool.kernel-harness."
+                        "toolchains] triton), each in its own cached environment, and compare them kernel by "
+                        "kernel; --out is then a folder (default build/toolchains)")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="with --triton: a flagged difference between releases (compile failure, new spill, lost "
+                        "occupancy) fails the run (also: toolchains.regressions = \"fail\")")
+    p.add_argument("--cache", metavar="DIR", help="with --triton: the release environments' folder (default: "
+                                                  "$KH_TOOLCHAINS_CACHE, else ~/.cache/kernel-harness/toolchains)")
 
 
 @command("matrix", "compile every kernel for each target architecture (NVIDIA and AMD); print registers, spills, "
                    "shared memory / LDS, occupancy")
 @options(_options)
 def cmd_matrix(args) -> int:
+    if args.triton is not None:
+        return _across_releases(args)
     from harness.aot.workflow import STEPS, MatrixRun
     from harness.correctness.args import meta_args
     from harness.results.io import atomic_write_text
@@ -42,3 +54,26 @@ def cmd_matrix(args) -> int:
                       out=args.out, jobs=args.jobs)
     run = execute(STEPS, first, trace=os.environ.get("KH_TRACE_STEPS") == "1")
     return EXIT_FAILED if run.problems else EXIT_OK
+
+
+def _across_releases(args) -> int:
+    from pathlib import Path
+
+    from harness.aot.release_workflow import STEPS, ReleaseMatrix
+    from harness.config import load_config
+    from harness.results.io import atomic_write_text
+    from harness.steps import execute
+
+    config = load_config()
+    child = [*(f"--kernel={k}" for k in args.kernel), *(f"--arch={a}" for a in args.arch),
+             *(f"--specs={d}" for d in args.specs_dir), *(["--compile-waived"] if args.compile_waived else []),
+             *([f"--jobs={args.jobs}"] if args.jobs is not None else [])]
+    releases = tuple(r for r in args.triton if r)
+    shown = ["python -m harness matrix", f"--triton {','.join(releases)}".rstrip(), *child]  # for the page
+    first = ReleaseMatrix(write_text=atomic_write_text, out=args.out or str(config.root / "build" / "toolchains"),
+                          releases=releases, configured=config.toolchains.triton,
+                          where=config.where("toolchains"), policy=config.toolchains.regressions,
+                          fail_on_regression=args.fail_on_regression, matrix_args=tuple(child), cache=args.cache,
+                          command=" ".join(shown), cwd=Path.cwd())
+    run = execute(STEPS, first, trace=os.environ.get("KH_TRACE_STEPS") == "1")
+    return EXIT_FAILED if run.failed else EXIT_OK

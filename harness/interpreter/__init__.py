@@ -8,6 +8,7 @@ its gaps would make real-world kernels crash or compute what no GPU computes, ea
 ``autotune``              ``@triton.autotune`` runs (first config, or each in turn: ``KH_INTERPRETER_AUTOTUNE``)
 ``libdevice``             libdevice / ocml functions, in NumPy (``libdevice_numpy``)
 ``scalars``               Python float arguments are fp32 scalar tensors, as compiled
+``indexing``              a scalar tensor used as a Python int, under NumPy 2 (Triton 3.5 and 3.6)
 ``reductions``            sum / scan / dot over bf16, fp16 and fp8 accumulate in fp32
 ``atomics``               bf16 ``atomic_add``
 ``casts``                 fp8 (e4m3fn, e5m2) and bf16 casts round to nearest even, with the carry
@@ -48,10 +49,20 @@ def install() -> tuple[Patch, ...]:
     except ImportError as exc:  # no Triton: the kernel import that follows says what is missing
         _REPORT = (missing("all", "triton.runtime.interpreter", f"not importable: {exc}"),)
         return _REPORT
-    from harness.interpreter import arithmetic, atomics, autotune, casts, libdevice, limits, reductions, scalars
+    from harness.interpreter import (
+        arithmetic,
+        atomics,
+        autotune,
+        casts,
+        indexing,
+        libdevice,
+        limits,
+        reductions,
+        scalars,
+    )
 
     patches: list[Patch] = []
-    for gap in (limits, autotune, libdevice, scalars, reductions, atomics, casts, arithmetic):
+    for gap in (limits, autotune, libdevice, scalars, indexing, reductions, atomics, casts, arithmetic):
         patches += gap.install()
     _REPORT = tuple(patches)
     return _REPORT

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from harness.interpreter._core import Namespace, Patch, current_launch, limitation, replace
+from harness.interpreter._core import Namespace, Patch, current_launch, limitation, missing, replace
 from harness.interpreter.libdevice_numpy import DIRECTED, IMPLS, directed
 
 GAP = "libdevice"
@@ -41,9 +41,12 @@ def install() -> list[Patch]:
             importlib.import_module(name)
         except ImportError:  # a backend this Triton build does not ship: nothing of it to bind
             pass
-    return [replace(GAP, interpreter.InterpreterBuilder, "create_extern_elementwise", _extern,
-                    where="InterpreterBuilder"),
-            replace(GAP, interpreter, "_patch_lang", _patch_lang, where="triton.runtime.interpreter")]
+    extern = replace(GAP, interpreter.InterpreterBuilder, "create_extern_elementwise", _extern,
+                     where="InterpreterBuilder")
+    if not hasattr(interpreter, "_LangPatchScope"):  # Triton < 3.6 patches `tl` for good, with no scope to undo
+        return [extern, missing(GAP, "triton.runtime.interpreter._patch_lang", "this Triton release has no "
+                                "per-launch patch scope (_LangPatchScope, from 3.6) to bind libdevice through")]
+    return [extern, replace(GAP, interpreter, "_patch_lang", _patch_lang, where="triton.runtime.interpreter")]
 
 
 def _modules() -> list:
