@@ -41,16 +41,21 @@ class SoftmaxConfig:
     def for_shape(cls, rows: int, cols: int, dtype: torch.dtype, interpreted: bool = False) -> SoftmaxConfig:
         """`interpreted`: the Triton interpreter runs programs one after another at a high fixed cost
         each, so it packs rows into as few programs as possible instead of filling a GPU."""
-        elems = _ELEMS_PER_PROGRAM * (32 if interpreted else 1)
-        min_programs = 1 if interpreted else _MIN_PROGRAMS
         single_pass = cols <= _MAX_SINGLE_BLOCK
         block_n = triton.next_power_of_2(max(cols, 1)) if single_pass else _ONLINE_BLOCK
-        block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, elems // block_n))
-        while block_m > 1 and triton.cdiv(rows, block_m) < min_programs:
-            block_m //= 2
-        # about 16 elements per thread: a few 16-byte vector loads, no register spills
-        num_warps = max(1, min(16, block_m * block_n // (32 * 16)))
+        block_m, num_warps = _row_tiles(rows, block_n, interpreted)
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass)
+
+
+def _row_tiles(rows: int, block_n: int, interpreted: bool) -> tuple[int, int]:
+    """Rows per program and warps for row blocks of ``block_n`` columns, forward and backward alike."""
+    elems = _ELEMS_PER_PROGRAM * (32 if interpreted else 1)
+    min_programs = 1 if interpreted else _MIN_PROGRAMS
+    block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, elems // block_n))
+    while block_m > 1 and triton.cdiv(rows, block_m) < min_programs:
+        block_m //= 2
+    # about 16 elements per thread: a few 16-byte vector loads, no register spills
+    return block_m, max(1, min(16, block_m * block_n // (32 * 16)))
 
 
 @triton.jit
@@ -180,15 +185,10 @@ class SoftmaxBwdConfig:
     @functools.lru_cache(maxsize=256)
     def for_shape(cls, rows: int, cols: int, itemsize: int = 2, interpreted: bool = False) -> SoftmaxBwdConfig:
         """`itemsize`: of the saved output; `interpreted`: as SoftmaxConfig's, few large programs."""
-        elems = _ELEMS_PER_PROGRAM * (32 if interpreted else 1)
-        min_programs = 1 if interpreted else _MIN_PROGRAMS
         longest = _BWD_BLOCK_BYTES // itemsize
         single_pass = cols <= longest
         block_n = triton.next_power_of_2(max(cols, 1)) if single_pass else longest
-        block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, elems // block_n))
-        while block_m > 1 and triton.cdiv(rows, block_m) < min_programs:
-            block_m //= 2
-        num_warps = max(1, min(16, block_m * block_n // (32 * 16)))
+        block_m, num_warps = _row_tiles(rows, block_n, interpreted)
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass)
 
 
