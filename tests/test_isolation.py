@@ -38,6 +38,7 @@ def test_each_failure_kind_is_an_outcome_and_the_worker_is_replaced():
         crashed = pool.run(Task(TASKS + "exit_with", {"code": 3}))
         killed = pool.run(Task(TASKS + "kill_self"))
         hung = pool.run(Task(TASKS + "sleep", {"seconds": 60}, timeout_s=0.5))
+        capture = pool.run(Task(TASKS + "capture_error"))
         poisoned = pool.run(Task(TASKS + "cuda_error"))
         after = pool.run(Task(TASKS + "echo", {"value": 8}))
         unpicklable = pool.run(Task(TASKS + "echo", {"value": lambda: 0}))
@@ -50,6 +51,8 @@ def test_each_failure_kind_is_an_outcome_and_the_worker_is_replaced():
     assert "in sleep" in hung.error  # faulthandler's dump says where it hung
     assert killed.status == "crashed" and killed.summary == "crashed (signal 9, SIGKILL)"
     assert crashed.worker_pid == ok.worker_pid != killed.worker_pid != hung.worker_pid  # fresh after each crash
+    assert capture.status == "error" and "during capture" in capture.error
+    assert poisoned.worker_pid == capture.worker_pid  # an error that is not sticky keeps the worker
     assert poisoned.status == "error" and "illegal memory access" in poisoned.error
     assert after.status == "ok" and after.worker_pid != poisoned.worker_pid  # a CUDA error retires the worker
     assert unpicklable.status == "error" and "could not be sent" in unpicklable.error

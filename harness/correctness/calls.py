@@ -109,6 +109,14 @@ def check_stream(run):
     return None
 
 
+def _first_cause(exc: BaseException) -> BaseException:
+    """The error that broke the capture: a host sync inside the call raises first, then ending the capture raises
+    "operation failed due to a previous error during capture", which says nothing of the call."""
+    while exc.__context__ is not None and exc.__cause__ is None and not exc.__suppress_context__:
+        exc = exc.__context__
+    return exc
+
+
 @check("graph")
 def check_graph(run):
     if not _applies(run):
@@ -128,9 +136,10 @@ def check_graph(run):
         with torch.cuda.graph(graph):
             value = run.fn(**args.kwargs())
     except Exception as exc:  # a host sync, an unjoined side stream, an illegal call during capture
-        text = str(exc).strip().splitlines()
+        cause = _first_cause(exc)
+        text = str(cause).strip().splitlines()
         torch.cuda.synchronize()
-        raise CheckFailure("graph", f"cannot be captured in a CUDA graph: {type(exc).__name__}: "
+        raise CheckFailure("graph", f"cannot be captured in a CUDA graph: {type(cause).__name__}: "
                                     f"{text[0] if text else ''}"[:400]) from None
     other = _other_inputs(run)
     _write_inputs(args, other, spec)

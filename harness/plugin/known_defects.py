@@ -11,6 +11,9 @@ item (a case, or an op item such as ``<kernel>[<backend>-fp32-opcheck]``) the fi
 - it passes: fails ("no longer found"), so a defect the harness stops finding cannot go unnoticed;
 - no defect names it: left as it is, so anything else must pass.
 
+A defect that shows on one kind of device only (``devices = ["gpu"]``: compiled code, a CUDA graph capture;
+``["interpreter"]``: the Triton interpreter on a CPU) leaves its items alone elsewhere.
+
 Where the kernels run through the Triton interpreter an item of a defect's ``exact`` table must fail with exactly
 that first line (a GPU draws other inputs and rounds its own way). The file is checked when it is read (keys,
 regexes, exact lines) and again once the items are collected: an ``items`` pattern that names no generated item,
@@ -36,7 +39,10 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 KEY = "known-defects"
-DEFECT_KEYS = ("id", "summary", "why", "items", "match", "exact")
+DEFECT_KEYS = ("id", "summary", "why", "items", "match", "exact", "devices")
+# Where a defect shows: the Triton interpreter on a CPU, or compiled code on a GPU (a CUDA-graph capture, say,
+# exists only there). Elsewhere the defect does not own its items, which must then pass.
+DEVICES = ("interpreter", "gpu")
 REQUIRED = ("id", "summary", "items", "match")
 # kernel[backend-dtype-...: the part of an item name the run's --kernel/--backend/--dtype can leave out
 _SCOPE = re.compile(r"^[^\[\]*]+\[[^-\]]*-[^-\]]*-")
@@ -56,9 +62,13 @@ class Defect:
     items: tuple[str, ...]                  # the patterns as written
     match: re.Pattern
     exact: tuple[tuple[str, str], ...]      # (item name, its first line under the interpreter)
+    devices: tuple[str, ...] = DEVICES
 
     def names(self, item_name: str) -> bool:
         return any(glob(p).fullmatch(item_name) for p in self.items)
+
+    def shows_on(self, device) -> bool:
+        return ("interpreter" if getattr(device, "interpreted", False) else "gpu") in self.devices
 
     def exact_line(self, item_name: str) -> str | None:
         return dict(self.exact).get(item_name)
@@ -117,7 +127,12 @@ def _defect(entry: dict, where: str, before: list[Defect]) -> Defect:
     exact = entry.get("exact", {})
     if not isinstance(exact, dict):
         raise BadInput(f"{where}.exact: expected a table of item name = first line, got {exact!r}")
-    defect = Defect(entry["id"], entry["summary"], entry.get("why", ""), tuple(items), match, tuple(exact.items()))
+    devices = entry.get("devices", list(DEVICES))
+    if not isinstance(devices, list) or not devices or not set(devices) <= set(DEVICES):
+        raise BadInput(f"{where}.devices: expected a non-empty list of {', '.join(map(repr, DEVICES))}, "
+                       f"got {devices!r}")
+    defect = Defect(entry["id"], entry["summary"], entry.get("why", ""), tuple(items), match, tuple(exact.items()),
+                    tuple(devices))
     for name, line in defect.exact:
         if not isinstance(line, str) or "\n" in line:
             raise BadInput(f"{where}.exact.{name}: expected the failure's first line, got {line!r}")
@@ -193,7 +208,7 @@ class KnownDefects:
         report = yield
         if report.when != "call" or not _generated(item):
             return report
-        defect = _owner(self.defects, item.name)
+        defect = _owner([d for d in self.defects if d.shows_on(item.device)], item.name)
         if defect is None or report.skipped:  # skipped: nothing was checked
             return report
         head = f"known defect {defect.id} ({defect.summary})"

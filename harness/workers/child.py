@@ -16,9 +16,14 @@ import traceback
 
 from harness.importpath import resolve
 
-# Texts that mean the CUDA context is gone (torch.AcceleratorError, formerly RuntimeError "CUDA error: ...").
-CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "AcceleratorError", "cudaErrorIllegalAddress",
-                      "device-side assert", "unspecified launch failure", "CUDA_ERROR_ILLEGAL_ADDRESS")
+# Texts of the CUDA errors that are sticky: once one happened, every later call in the process reports it. Others
+# ("CUDA error: operation failed due to a previous error during capture", out of memory, an invalid argument)
+# leave the context usable, and retiring the worker for them would cost a fresh process (CUDA, Triton's
+# compiles) per failing item; a synchronize that fails after the task (_cuda_poisoned) catches any sticky one
+# this list misses.
+CUDA_ERROR_MARKERS = ("illegal memory access", "cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS",
+                      "device-side assert", "unspecified launch failure", "misaligned address",
+                      "illegal instruction", "hardware stack error", "cudaErrorLaunchFailure")
 TRACEBACK_MARKER = "\nTraceback (innermost frames):\n"
 _retiring = False  # set by a task through retire(): this process runs no further task
 

@@ -33,6 +33,11 @@ def cuda_error():
     raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
+def capture_error():
+    """A failed CUDA graph capture: torch reports it as a CUDA error, but the context stays usable."""
+    raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+
 def unpicklable_result():
     return lambda: None
 
