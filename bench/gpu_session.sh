@@ -120,7 +120,9 @@ case "$what" in
           echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full.log" ;;
         bench)
           timeout "${BENCH_TIMEOUT:-240}" python3 -m harness bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -30
-          echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log" ;;
+          echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
+          # one archive: the device tool brings back a limited count of files, and the plots come first
+          tar -czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench" ;;
         matrix)
           timeout 120 python3 -m harness matrix --arch sm_90 --out "$OUT/matrix.json" > "$OUT/matrix.log" 2>&1
           echo "matrix: exit $?, $((SECONDS - start)) s"; tail -3 "$OUT/matrix.log" ;;

@@ -165,3 +165,60 @@ def test_the_gate_rechecks_each_sides_timed_calls(tmp_path):
     assert exc.value.side == "PR" and "a timed call's outputs do not match the reference" in str(exc.value)
     run = measure_ab(base, base, device.torch_device, cfg, judge, outputs=(_SideCheck(base_check, "base"),) * 2)
     assert run.decision.verdict == "SAME"
+
+
+ROTATE_SPEC = """
+[kernel]
+name = "rotate"
+summary = "x <- x reversed along its rows, in place"
+reference = "tests.planted.broken_kernels:rotate_inplace_ref"
+dtypes = ["fp32"]
+
+[backends.triton]
+impl = "tests.planted.broken_kernels:rotate_inplace_ref"
+arch = ["cpu", ">=sm_80"]
+
+[peers.planted]
+impl = "{impl}"
+
+[inputs.x]
+shape = ["rows", "cols"]
+inplace = true
+
+[cases.edge]
+base = { rows = 4, cols = 8 }
+vary = { rows = [0, 1], cols = [7] }
+
+[[cases.bench]]
+rows = 64
+cols = 256
+"""
+
+
+@pytest.mark.parametrize("impl, wrong", [("rotate_inplace_returns_view", False), ("rotate_replays_a_copy", True)])
+def test_a_returned_view_of_an_inplace_input_is_not_compared_after_calls_compound(tmp_path, monkeypatch, impl,
+                                                                                   wrong):
+    """An in-place input holds every timed call's result so far; a returned view of it does too (Liger's RoPE),
+    so only the probed calls (fresh values written first) check it. A returned tensor of its own is checked."""
+    from harness.bench import run as bench_run
+    from harness.bench.plan import Job
+    from harness.bench.run import run_job
+    from harness.correctness.checks import ReferenceCache
+    from harness.spec.load import load
+    from harness.target.providers import Provider
+    from harness.timing.engine import TimingConfig
+
+    target = "tests.planted.broken_kernels:" + impl
+    path = tmp_path / "rotate.toml"
+    path.write_text(ROTATE_SPEC.replace("{impl}", target))
+    spec = load(path)
+    job = Job(spec, spec.cases["bench"][0], "fp32", Provider("planted", "peer", "peer", target, True))
+    cache = ReferenceCache()
+    seed = case_seed(job.spec, job.dtype, job.case, 0)
+    bench_run.verify(job, job.provider.load(job.spec), detect(), cache, seed)  # the reference, as the real path
+    monkeypatch.setattr(bench_run, "verify", lambda *a, **k: "")  # the replay fools the checks before timing
+    result = run_job(job, detect(), None, TimingConfig(timeout_s=1.0, min_time_s=0.01), cache)
+    if wrong:
+        assert result.status == "wrong" and result.reason.startswith("timed outputs: x:"), result.reason
+    else:
+        assert result.status == "ok", result.reason

@@ -129,3 +129,22 @@ def scale_returning_two(*, x, w, out):
 
 def scale_returning_wrong(*, x, w, out):
     return scale_returning(x=x, w=w, out=out)[:, :-1]  # a shape off by one column
+
+
+def rotate_inplace_ref(*, x):
+    """x <- x[:, ::-1] in place: the in-place shape of Liger's RoPE, whose calls compound."""
+    x.copy_(x.flip(-1))
+
+
+def rotate_inplace_returns_view(*, x):
+    """Rotates in place and returns a view of x, as Liger's RoPE returns the q and k it rotated."""
+    x.copy_(x.flip(-1))
+    return x.view(x.shape)
+
+
+def rotate_replays_a_copy(*, x):
+    """Returns a fresh tensor (not a view of x), replayed for a buffer it has seen: wrong once x gets new values."""
+    cache = rotate_replays_a_copy.__dict__.setdefault("cache", {})
+    if x.data_ptr() not in cache:
+        cache[x.data_ptr()] = x.flip(-1)
+    return cache[x.data_ptr()]
