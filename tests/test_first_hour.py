@@ -405,6 +405,12 @@ def test_a_slow_reference_does_not_squash_the_candidates_box():
      {"gpu_util_pct": 99, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
     ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "other_processes": []},
      {"gpu_util_pct": 99, "sm_clock_mhz": 1100, "sm_clock_max_mhz": 1980, "other_processes": []}, True),
+    # the H200 run of examples/liger: the matmul probe drew 680 of 700 W, the clock held at 1380 by the power cap
+    # (NVML reason 0x4) and nothing else: the card's own limit, which every kernel of that intensity meets
+    ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "clock_event_reasons": "0x1"},
+     {"gpu_util_pct": 95, "sm_clock_mhz": 1380, "sm_clock_max_mhz": 1980, "clock_event_reasons": "0x4"}, False),
+    ({"gpu_util_pct": 0, "sm_clock_mhz": 345, "sm_clock_max_mhz": 1980, "clock_event_reasons": "0x1"},
+     {"gpu_util_pct": 95, "sm_clock_mhz": 1380, "sm_clock_max_mhz": 1980, "clock_event_reasons": "0x44"}, True),
 ])
 def test_ceiling_load_warning_tells_the_probes_own_load_from_anothers(start, end, busy):
     from harness.report.ceilings import ceilings_when

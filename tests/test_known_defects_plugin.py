@@ -154,6 +154,35 @@ def test_a_bad_file_stops_pytest_with_one_line(pytester):
             "match: not a regex: missing ), unterminated subpattern at position 0") in result.stderr.str()
 
 
+GPU_ONLY = '''
+[[defect]]
+id = "on-gpu"
+summary = "3 x at 7 columns, seen on a GPU only"
+items = ["twice[torch-*-rows=5,cols=7]", "twice[torch-*-rows=1,cols=33]"]
+devices = ["gpu"]
+match = '^numerics: '
+
+[[defect]]
+id = "full-tier"
+summary = "recorded from a full-tier run, which this run leaves out"
+items = ["twice[torch-fp32-full-*]"]
+match = '^numerics: '
+'''
+
+
+def test_a_defect_of_another_device_leaves_its_items_alone(pytester):
+    """Here (a CPU) a GPU-only defect takes nothing: its failing item fails as it is, its passing item passes; a
+    pattern of a tier the run left out is not a problem."""
+    _project(pytester.path, GPU_ONLY)
+    result = _run(pytester, "specs/twice.toml::twice[torch-fp32-rows=5,cols=7]",
+                  "specs/twice.toml::twice[torch-fp32-rows=1,cols=33]")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert "] - numerics: out: " in _line(out, "FAILED", "rows=5,cols=7"), out[-3000:]
+    assert _line(out, "PASSED", "rows=1,cols=33"), out[-3000:]
+    assert "known defect" not in out and "names no generated item" not in out, out[-3000:]
+
+
 @pytest.mark.parametrize("text,says", [
     (NO_ROWS.replace("why =", "reason ="), "defect[0].reason: unknown key (known: id, summary, why, items,"),
     (NO_ROWS.replace('id = "no-rows"\n', ""), "defect[0]: missing key id"),
@@ -167,6 +196,8 @@ def test_a_bad_file_stops_pytest_with_one_line(pytester):
      "defect[1] (again).exact.twice[torch-fp32-rows=0,cols=33]: taken by no-rows, listed before"),
     ("[[defects]]\nid = 1\n", "defects: unknown table (did you mean [[defect]]?)"),
     ("defect = 1\n", "defect: expected an array of tables ([[defect]]), got 1"),
+    (NO_ROWS.replace("match =", 'devices = ["cuda"]\nmatch ='),
+     "defect[0] (no-rows).devices: expected a non-empty list of 'interpreter', 'gpu', got ['cuda']"),
 ])
 def test_each_problem_of_the_file_is_one_line(tmp_path, text, says):
     (tmp_path / "k.toml").write_text(text)

@@ -17,8 +17,8 @@ A defect that shows on one kind of device only (``devices = ["gpu"]``: compiled 
 Where the kernels run through the Triton interpreter an item of a defect's ``exact`` table must fail with exactly
 that first line (a GPU draws other inputs and rounds its own way). The file is checked when it is read (keys,
 regexes, exact lines) and again once the items are collected: an ``items`` pattern that names no generated item,
-or an ``exact`` item that is not generated, fails the run, unless the run left out its kernel, backend or dtype
-(``--kernel``, ``--dtype``) altogether. ``-k`` deselects after that check: deselecting is the user's call.
+or an ``exact`` item that is not generated, fails the run, unless the run left out its kernel, backend, dtype or
+tier (``--kernel``, ``--dtype``, ``--tier``) altogether. ``-k`` deselects after that check: deselecting is the user's call.
 Top-level tables other than ``[[defect]]`` are the project's own data and are left alone.
 """
 
@@ -44,8 +44,9 @@ DEFECT_KEYS = ("id", "summary", "why", "items", "match", "exact", "devices")
 # exists only there). Elsewhere the defect does not own its items, which must then pass.
 DEVICES = ("interpreter", "gpu")
 REQUIRED = ("id", "summary", "items", "match")
-# kernel[backend-dtype-...: the part of an item name the run's --kernel/--backend/--dtype can leave out
-_SCOPE = re.compile(r"^[^\[\]*]+\[[^-\]]*-[^-\]]*-")
+# kernel[backend-dtype-(full-|huge-)...: the part of an item name the run's --kernel/--backend/--dtype/--tier
+# can leave out (only the full and huge tiers name themselves in their items)
+_SCOPE = re.compile(r"^[^\[\]*]+\[[^-\]]*-[^-\]]*-(?:full-|huge-)?")
 
 
 def glob(pattern: str) -> re.Pattern:

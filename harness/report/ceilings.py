@@ -73,11 +73,27 @@ def _load_text(snap: dict) -> str:
         parts.append(f"{len(others)} other process{'es' * (len(others) != 1)} on the GPU"
                      + (f" (pids {', '.join(map(str, others[:5]))})" if others else ""))
     if _is_num(snap.get("sm_clock_mhz")) and _is_num(snap.get("sm_clock_max_mhz")):
-        parts.append(f"SM clock {snap['sm_clock_mhz']:,.0f} of {snap['sm_clock_max_mhz']:,.0f} MHz")
+        parts.append(f"SM clock {snap['sm_clock_mhz']:,.0f} of {snap['sm_clock_max_mhz']:,.0f} MHz"
+                     + (" (held by the power cap)" if _power_capped_only(snap.get("clock_event_reasons"))
+                        and snap.get("gpu_util_pct") != 0 else ""))
     if _is_num(snap.get("loadavg_1m")):
         cores = f" on {snap['cpu_cores_usable']} usable cores" if _is_num(snap.get("cpu_cores_usable")) else ""
         parts.append(f"host load average {snap['loadavg_1m']:.2f} (1 min){cores}")
     return ", ".join(parts)
+
+
+SW_POWER_CAP, IDLE = 0x4, 0x1  # NVML clock event reasons
+
+
+def _power_capped_only(reasons) -> bool:
+    """The clock was held down by the board's power limit and nothing else (no thermal or hardware slowdown): a
+    dense matmul probe draws the H200 to its 700 W cap and runs at about 1.4 GHz, a property of the card that
+    every kernel of that intensity shares, not another's load."""
+    try:
+        bits = int(reasons, 16) if isinstance(reasons, str) else int(reasons)
+    except (TypeError, ValueError):
+        return False
+    return bool(bits & SW_POWER_CAP) and not bits & ~(SW_POWER_CAP | IDLE)
 
 
 def _busy(snap: dict, *, after_own_work: bool) -> bool:
@@ -90,7 +106,8 @@ def _busy(snap: dict, *, after_own_work: bool) -> bool:
     if isinstance(others, list) and others:
         return True
     if after_own_work:
-        return _is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top
+        return (_is_num(clock) and _is_num(top) and top > 0 and clock < 0.75 * top
+                and not _power_capped_only(snap.get("clock_event_reasons")))
     return ((_is_num(util) and util >= 10)
             or ("gpu_util_pct" not in snap and _is_num(load) and _is_num(cores) and cores > 0 and load > cores))
 

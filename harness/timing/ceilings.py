@@ -148,7 +148,7 @@ def load_snapshot(dev: torch.device) -> dict:
     except Exception as exc:  # NVMLError subclasses vary by version; a missing field is recorded as such
         out["gpu_util_pct"] = f"unavailable: {exc}"
     try:
-        procs = clocks.pynvml.nvmlDeviceGetComputeProcesses(handle)
+        procs = clocks.pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         out["other_processes"] = sorted({int(p.pid) for p in procs} - {os.getpid()})
     except Exception as exc:
         out["other_processes"] = f"unavailable: {exc}"
