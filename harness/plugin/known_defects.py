@@ -18,7 +18,8 @@ Where the kernels run through the Triton interpreter an item of a defect's ``exa
 that first line (a GPU draws other inputs and rounds its own way). The file is checked when it is read (keys,
 regexes, exact lines) and again once the items are collected: an ``items`` pattern that names no generated item,
 or an ``exact`` item that is not generated, fails the run, unless the run left out its kernel, backend, dtype or
-tier (``--kernel``, ``--dtype``, ``--tier``) altogether. ``-k`` deselects after that check: deselecting is the user's call.
+tier (``--kernel``, ``--dtype``, ``--tier``) altogether. ``-k`` deselects after that check: deselecting is the
+user's call.
 Top-level tables other than ``[[defect]]`` are the project's own data and are left alone.
 """
 
