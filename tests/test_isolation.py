@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -58,6 +59,25 @@ def test_each_failure_kind_is_an_outcome_and_the_worker_is_replaced():
     assert unpicklable.status == "error" and "could not be sent" in unpicklable.error
     for o in (ok, crashed, killed, hung, poisoned, after):
         assert not alive(o.worker_pid), f"worker {o.worker_pid} outlived the pool"
+
+
+def test_a_crash_before_the_pool_runs_again_keeps_its_dying_words(monkeypatch):
+    """On a loaded machine the worker can run and die between the pool's send and its next line: the words it
+    wrote still reach the outcome (the log offset is taken before the send)."""
+    from multiprocessing.connection import Connection
+
+    real = Connection.send
+
+    def send_then_stall(self, obj):
+        real(self, obj)
+        if isinstance(obj, tuple) and obj and obj[0] == TASKS + "say_and_exit":
+            time.sleep(1.0)  # the worker writes and exits meanwhile
+
+    monkeypatch.setattr(Connection, "send", send_then_stall)
+    with WorkerPool(["cpu"], timeout_s=30, initializer=None) as pool:
+        crashed = pool.run(Task(TASKS + "say_and_exit", {"words": "Fatal Python error: Segmentation fault",
+                                                          "code": 3}))
+    assert crashed.status == "crashed" and "Fatal Python error: Segmentation fault" in crashed.error, crashed.error
 
 
 def test_tasks_shard_across_one_worker_per_device(monkeypatch):

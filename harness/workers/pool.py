@@ -255,6 +255,9 @@ class WorkerPool:
                 self._queue.remove(p)
                 if p.task.affinity is not None:
                     self._bound.setdefault(p.task.affinity, w.slot)
+                # Before the send: a task that crashes at once writes its dying words before this process, on a
+                # loaded machine, gets to run again; an offset taken after the send would skip them.
+                offset = os.fstat(w.log_file.fileno()).st_size
                 try:
                     w.conn.send((p.task.fn, p.task.kwargs))  # pickled before anything is written
                 except (BrokenPipeError, ConnectionError, EOFError):
@@ -265,7 +268,7 @@ class WorkerPool:
                     continue
                 w.job, w.dispatched = p, time.monotonic()
                 w.deadline = w.dispatched + p.timeout_s
-                w.log_offset = os.fstat(w.log_file.fileno()).st_size
+                w.log_offset = offset
 
     def _service(self, w: _Worker) -> None:
         try:

@@ -23,6 +23,12 @@ def exit_with(*, code):
     os._exit(code)
 
 
+def say_and_exit(*, words, code):
+    """Dying words on stderr at once, as faulthandler writes them for a segfault, then gone."""
+    os.write(2, words.encode() + b"\n")
+    os._exit(code)
+
+
 def kill_self():
     import signal
 
