@@ -4,8 +4,8 @@
 ``out = (x - mean) * rsqrt(var + eps) * weight (+ bias)`` with x ``[tokens, hidden]``, weight and bias
 ``[hidden]``; the biased variance, as torch.nn.LayerNorm. Statistics in fp32, one rounding of the output.
 
-Bias is optional as in F.layer_norm, but the calling convention passes every declared tensor: the spec
-always allocates ``bias`` and the ``has_bias`` param says whether it is used (false: bias is never read).
+Bias is optional as in F.layer_norm: the ``has_bias`` param says whether it is used; without it ``bias`` (and
+the backward's ``grad_bias``) may be None and is never read or written.
 
 Variance is never ``E[x^2] - E[x]^2``, which cancels catastrophically when |mean| >> std. A row that fits
 one block is centred in registers before it is squared (an exact two-pass); a longer row is read in
@@ -29,10 +29,11 @@ from kernels.rmsnorm_bwd import (
     NormBwdConfig,
     accumulator,
     add_to_partial,
-    as_rows,
     config_for,
     load_vector,
     load_x_dy,
+    norm_backward,
+    norm_forward,
     row_chunk,
     store_dx,
     sum_partials,
@@ -311,24 +312,14 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
-        x2, out = as_rows(x)
         ctx.has_bias = bias is not None
-        layernorm(x=x2, weight=weight, bias=bias, out=out, eps=eps, has_bias=ctx.has_bias)
-        ctx.save_for_backward(x2, weight)
-        ctx.eps = eps
-        return out.view(x.shape)
+        return norm_forward(ctx, layernorm, x, weight, eps, bias=bias, has_bias=ctx.has_bias)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        x2, weight = ctx.saved_tensors
-        _, grad_x = as_rows(x2)
-        grad_weight = torch.empty_like(weight)
-        grad_bias = torch.empty_like(weight) if ctx.has_bias else None
-        layernorm_bwd(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x,
-                      grad_weight=grad_weight, grad_bias=grad_bias, eps=ctx.eps, has_bias=ctx.has_bias)
-        need = ctx.needs_input_grad
-        return (grad_x.view(grad_out.shape), grad_weight if need[1] else None, grad_bias if need[2] else None,
-                None)
+        grads = norm_backward(ctx, layernorm_bwd, grad_out, ("weight", "bias"),
+                              absent=() if ctx.has_bias else ("bias",), has_bias=ctx.has_bias)
+        return *grads, None
 
 
 def layernorm_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -37,6 +37,7 @@ sm_100 (the shipped blocks of 2048 at 8 warps are not measured yet).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -324,8 +325,35 @@ def rmsnorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Te
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x as rows ``[-1, hidden]`` (a view where its strides allow) and an empty contiguous tensor of their shape."""
-    rows = x.reshape(-1, x.shape[-1])
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # reshape(-1, 0) cannot infer the row count
     return rows, torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+
+
+# The autograd.Functions of RMSNorm and LayerNorm (kernels/layernorm.py) share their skeleton: both launchers
+# take rows, and both backwards take the same saved tensors (x's rows and weight, the statistics recomputed).
+
+
+def norm_forward(ctx, forward, x: torch.Tensor, weight: torch.Tensor, eps: float, **kwargs) -> torch.Tensor:
+    """``forward`` (a destination-passing norm over the last dimension) on x's rows into a new output, in x's
+    shape; saves what :func:`norm_backward` takes."""
+    x2, out = as_rows(x)
+    forward(x=x2, weight=weight, out=out, eps=eps, **kwargs)
+    ctx.save_for_backward(x2, weight)
+    ctx.eps = eps
+    return out.view(x.shape)
+
+
+def norm_backward(ctx, backward, grad_out: torch.Tensor, params=("weight",), absent=(), **kwargs) -> tuple:
+    """``backward`` on the rows :func:`norm_forward` saved: grad_x in grad_out's shape, then one gradient of
+    weight's shape per name in ``params`` (passed as ``grad_<name>``; None for a name in ``absent`` and where
+    autograd needs none). Each is written whether or not it is needed: one launch computes them all."""
+    x2, weight = ctx.saved_tensors
+    _, grad_x = as_rows(x2)
+    grads = {p: None if p in absent else torch.empty_like(weight) for p in params}
+    backward(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x, eps=ctx.eps,
+             **{f"grad_{p}": g for p, g in grads.items()}, **kwargs)
+    need = ctx.needs_input_grad[1:1 + len(grads)]
+    return grad_x.view(grad_out.shape), *(g if n else None for g, n in zip(grads.values(), need, strict=True))
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -333,20 +361,11 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x2, out = as_rows(x)
-        rmsnorm(x=x2, weight=weight, out=out, eps=eps)
-        ctx.save_for_backward(x2, weight)
-        ctx.eps = eps
-        return out.view(x.shape)
+        return norm_forward(ctx, rmsnorm, x, weight, eps)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        x2, weight = ctx.saved_tensors
-        _, grad_x = as_rows(x2)
-        grad_weight = torch.empty_like(weight)
-        rmsnorm_bwd(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x,
-                    grad_weight=grad_weight, eps=ctx.eps)
-        return grad_x.view(grad_out.shape), grad_weight if ctx.needs_input_grad[1] else None, None
+        return *norm_backward(ctx, rmsnorm_bwd, grad_out), None
 
 
 def rmsnorm_autograd(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

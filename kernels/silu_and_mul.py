@@ -6,6 +6,7 @@ x is ``[tokens, 2 * d]`` and out ``[tokens, d]``; computed in fp32 and rounded o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -185,7 +186,8 @@ class SiluAndMulFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
+        # not reshape(-1, 2 * d): with d = 0 the row count cannot be inferred
+        x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
         out = torch.empty((x2.shape[0], x2.shape[1] // 2), dtype=x.dtype, device=x.device)
         silu_and_mul(x=x2, out=out)
         ctx.save_for_backward(x2)

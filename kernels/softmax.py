@@ -10,6 +10,7 @@ blocks the first pass touched last, which are the likeliest still to be in cache
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -271,7 +272,8 @@ class SoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
+        # not reshape(-1, cols): with cols = 0 the row count cannot be inferred
+        x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
         out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
         softmax(x=x2, out=out)
         ctx.save_for_backward(out)

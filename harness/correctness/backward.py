@@ -55,7 +55,7 @@ class BackwardContext:
         return self.case.describe().replace(" dtype=", f" pass=backward({self.mode}) grads={self.grads} dtype=", 1)
 
 
-def _resolve(path: str):
+def resolve_callable(path: str):
     from harness.spec.imports import resolve_import
 
     obj = resolve_import(path)
@@ -124,7 +124,7 @@ class BackwardRun:
         ctx = bctx.case
         spec, self.bctx, self.spec = ctx.spec, bctx, ctx.spec
         self.impl = spec.backward.backends[ctx.backend]
-        self.fn = _resolve(getattr(self.impl, bctx.mode))
+        self.fn = resolve_callable(getattr(self.impl, bctx.mode))
         self.args = make_args(spec, ctx.case, ctx.dtype, ctx.device, ctx.seed)
         self.grad_outputs, self.grad_guards = draw_grad_outputs(spec, self.args, ctx.dtype, ctx.seed, bctx.grads,
                                                                 ctx.case.layout)
@@ -161,7 +161,7 @@ class BackwardRun:
             leaves = {n: args.tensors[n].detach().requires_grad_() for n in self.wrt}
             values = {**args.tensors, **leaves, **dict.fromkeys(args.absent), **args.params}
             value = self.fn(*[values[a] for a in self.impl.args])
-            outs = _autograd_outputs(self.spec, value, args)
+            outs = autograd_outputs(self.spec, value, args)
             for n, o in outs.items():
                 if o.grad_fn is None:
                     raise CheckFailure("autograd", f"outputs.{n} has no grad_fn: backward.backends.{ctx.backend}."
@@ -178,7 +178,11 @@ class BackwardRun:
                                                          pattern=pad_pattern(32 + i))
             poison(bufs[n], which)
         absent = {grad_name(n): None for n in self.spec.backward.inputs if n not in self.wrt}
-        saved = self.saved if args is self.args else {n: args.tensors.get(n, s) for n, s in self.saved.items()}
+        # Another run's arguments replace the saved inputs; a saved output stays the forward's (args holds only
+        # an output buffer, poisoned, where the forward wrote it).
+        inputs = {t.name for t in self.spec.inputs}
+        saved = self.saved if args is self.args else {n: args.tensors[n] if n in inputs and n in args.tensors
+                                                      else s for n, s in self.saved.items()}
         self.fn(**saved, **{grad_name(n): g for n, g in grad_outputs.items()},
                 **{grad_name(n): b for n, b in bufs.items()}, **absent, **args.params)
         sync(ctx.device)
@@ -196,7 +200,7 @@ def _forward_reference(spec, pristine: Arguments, dtype: str) -> dict:
     return {t.name: returned.get(t.name, ref_args.tensors.get(t.name)) for t in spec.outputs}
 
 
-def _autograd_outputs(spec, value, args: Arguments) -> dict:
+def autograd_outputs(spec, value, args: Arguments) -> dict:
     names = [t.name for t in spec.outputs if t.name in args.tensors]
     if isinstance(value, dict):
         outs = dict(value)
