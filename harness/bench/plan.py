@@ -19,16 +19,22 @@ class Job:
     case: Case
     dtype: str
     provider: Provider
+    mode: str = "fwd"  # harness.bench.modes.MODES: the pass timed
 
     @property
     def label(self) -> str:
-        return f"{self.spec.name} {self.dtype} {self.case.id} {self.provider.name}"
+        mode = "" if self.mode == "fwd" else f" {self.mode}"
+        return f"{self.spec.name} {self.dtype} {self.case.id}{mode} {self.provider.name}"
 
 
 def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str = "bench",
-         skip: dict[str, str] | None = None) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
-    """Every (provider, case, dtype) to time at ``tier``'s cases; ``skip``: providers left out of this run by
-    policy, name -> reason (listed with the waivers)."""
+         skip: dict[str, str] | None = None,
+         modes: tuple[str, ...] = ()) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
+    """Every (provider, case, dtype, mode) to time at ``tier``'s cases; ``skip``: providers left out of this run
+    by policy, name -> reason (listed with the waivers); ``modes``: those asked for (harness.bench.modes; () every
+    mode a spec supports). A provider without the mode's pass is left out of it, listed with its reason."""
+    from harness.bench.modes import no_backward, spec_modes, unsupported_reason
+
     jobs, arch_rows, waivers = [], [], []
     skip = {k: v for k, v in (skip or {}).items() if k not in providers}  # asked for by name: timed
     for spec in specs:
@@ -43,11 +49,20 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str =
             elif p.name in skip:
                 waivers.append(Waiver(spec.name, f"provider {p.name} not benchmarked", skip[p.name]))
         provs = [p for p in provs if not (p.runnable and p.name in skip)]
+        spec_mode = spec_modes(spec, tuple(modes))
+        waivers += [Waiver(spec.name, f"mode {m} not benchmarked", unsupported_reason(spec, m))
+                    for m in modes if m not in spec_mode]
+        by_mode = {}
+        for m in spec_mode:
+            by_mode[m] = [p for p in provs if not no_backward(spec, p, m)]
+            waivers += [Waiver(spec.name, f"provider {p.name} not benchmarked in mode {m}", no_backward(spec, p, m))
+                        for p in provs if no_backward(spec, p, m)]
+        # modes inside a case and dtype: a case's providers of one mode run back to back, sharing one reference
         for case in spec.cases[tier]:
             for dtype in spec.dtypes:
                 if dtypes and dtype not in dtypes:
                     continue
-                jobs += [Job(spec, case, dtype, p) for p in provs]
+                jobs += [Job(spec, case, dtype, p, m) for m in spec_mode for p in by_mode[m]]
     return jobs, arch_rows, waivers
 
 

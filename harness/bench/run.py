@@ -60,8 +60,24 @@ def timed_check(job: Job, args, device: Device, reference: ReferenceCache, seed:
     return ProbedCheck(TimedCheck(job.spec, job.dtype, job.case, args, ref), ref_fn, device.torch_device, seed)
 
 
+def forward_job(job: Job, device: Device, reference: ReferenceCache, seed: int):
+    """(the timed call, its TimedOutputs, '' or why the provider failed before timing) of a fwd job."""
+    fn = job.provider.load(job.spec)
+    wrong = verify(job, fn, device, reference, seed)
+    if wrong:
+        return None, None, wrong
+    args = make_args(job.spec, job.case, job.dtype, device.torch_device, seed)
+    timed = timed_check(job, args, device, reference, seed)
+    call = functools.partial(fn, **args.kwargs())
+    return (timed.wrap(call) if timed else call), timed, ""
+
+
 def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCache, seed_base: int = 0) -> CaseResult:
+    from harness.bench.backward import backward_job
+    from harness.bench.gradspec import grad_spec
+    from harness.bench.modes import mode_spec
     from harness.timing.engine import measure
+    from harness.timing.memory import peak_bytes
     from harness.timing.stats import summarize
 
     spec, case = job.spec, job.case
@@ -70,14 +86,12 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
     if not job.provider.runnable:
         return _empty(base, "skipped", job.provider.reason)
     try:
-        fn = job.provider.load(spec)
-        wrong = verify(job, fn, device, reference, seed)
+        prepare = forward_job if job.mode == "fwd" else backward_job
+        call, outputs, wrong = prepare(job, device, reference, seed)
         if wrong:
             return _empty(base, "wrong", f"failed the correctness check before timing: {wrong}")
-        args = make_args(spec, case, job.dtype, device.torch_device, seed)
-        timed = timed_check(job, args, device, reference, seed)
-        call = functools.partial(fn, **args.kwargs())
-        m = measure(timed.wrap(call) if timed else call, device=device.torch_device, config=timing, outputs=timed)
+        m = measure(call, device=device.torch_device, config=timing, outputs=outputs)
+        peak = peak_bytes(call, device.torch_device)
     except CheckFailure as exc:  # a timed call's outputs were wrong: the case is, whatever its speed
         return _empty(base, "wrong", str(exc)[:400])
     except Exception as exc:  # one provider's failure never takes the run down
@@ -87,15 +101,18 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
             return _empty(base, "skipped", f"does not fit in this machine's memory ({first})"[:400])
         return _empty(base, "error", first)
     st = summarize(m.samples_us, seed=seed)
-    env = full_env(spec, case, job.dtype)
-    roof = roofline(spec, env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
+    # a backward's traffic is over the gradients' tensors too: the grad spec's symbols beside the forward's
+    env = full_env(spec, case, job.dtype) if job.mode == "fwd" else {**full_env(spec, case, job.dtype),
+                                                                     **full_env(grad_spec(spec), case, job.dtype)}
+    roof = roofline(mode_spec(spec, job.mode), env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
     if case.tier == "cpu":  # the spec's roofline target is a GPU kernel's: eager torch on a host is not judged by it
         roof = {**roof, "target": None, "verdict": "n/a"}
     why = implausible(st.median, roof, ceilings) if device.is_gpu and timing.cold else ""  # a host: caches
     warm = sorted(m.warm_us)[len(m.warm_us) // 2] if m.warm_us else None
     return CaseResult(**base, status="wrong" if why else "ok", reason=why, method=m.method, stop_reason=m.stop_reason,
                       samples_us=tuple(m.samples_us), dropped_us=tuple(m.dropped_us), warm_us=tuple(m.warm_us),
-                      stats=st.as_json(), warm_median_us=warm, speedups={}, **roof, **launch_fields(m.launch))
+                      stats=st.as_json(), warm_median_us=warm, speedups={}, peak_mem_bytes=peak, **roof,
+                      **launch_fields(m.launch))
 
 
 def launch_fields(launch) -> dict:
@@ -144,7 +161,8 @@ def cap_address_space(fraction: float = 0.85) -> int | None:
 def _base(job: Job, seed_base: int) -> dict:
     spec, case, p = job.spec, job.case, job.provider
     return dict(kernel=spec.name, provider=p.name, backend=p.backend, role=p.role, dtype=job.dtype, case_id=case.id,
-                shape=case.values, headline=case.headline, seed=case_seed(spec, job.dtype, case, seed_base))
+                shape=case.values, headline=case.headline, seed=case_seed(spec, job.dtype, case, seed_base),
+                mode=job.mode)
 
 
 def _empty(base: dict, status: str, reason: str) -> CaseResult:

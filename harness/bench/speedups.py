@@ -9,19 +9,19 @@ from harness.results.model import CaseResult
 
 
 def attach_speedups(cases: list[CaseResult], seed: int = 0) -> list[CaseResult]:
-    """The candidate's speedup against every other ok provider of the same kernel, case and dtype."""
+    """The candidate's speedup against every other ok provider of the same kernel, case, dtype and mode."""
     from harness.timing.stats import speedup
 
     groups: dict[tuple, list[CaseResult]] = {}
     for c in cases:
-        groups.setdefault((c.kernel, c.case_id, c.dtype), []).append(c)
+        groups.setdefault((c.kernel, c.case_id, c.dtype, c.mode), []).append(c)
     out = []
     for c in cases:
         if c.role != "candidate" or c.status != "ok":
             out.append(c)
             continue
         ratios = {}
-        for other in groups[(c.kernel, c.case_id, c.dtype)]:
+        for other in groups[(c.kernel, c.case_id, c.dtype, c.mode)]:
             if other is not c and other.status == "ok":
                 r = speedup(other.samples_us, c.samples_us, seed=seed)
                 if all(math.isfinite(v) for v in (r.ratio, r.lo, r.hi)):

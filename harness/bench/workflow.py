@@ -43,6 +43,7 @@ class BenchOptions:
     refresh_ceilings: bool = False
     pytest_benchmark: str | None = None
     isolate: bool | None = None
+    modes: tuple[str, ...] = ()           # harness.bench.modes.MODES; (): every mode each spec supports
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,18 @@ class BenchRun:
     arch_rows: tuple = ()
     waivers: tuple = ()
     out: Path | None = None
-    done: dict = field(default_factory=dict)      # (kernel, provider, dtype, case) -> a resumed CaseResult
+    done: dict = field(default_factory=dict)      # resume_key(...) -> a resumed CaseResult
     environment: dict = field(default_factory=dict)
     ceilings: object = None
     cases: tuple = ()
     results: object = None
     written: tuple = ()
+
+
+def resume_key(kernel: str, provider: str, dtype: str, case_id: str, mode: str = "fwd") -> tuple:
+    """A finished case's key in ``BenchRun.done``: (kernel, provider, dtype, case), the mode after them for a bwd
+    or full case (a fwd case keeps the key it had before modes)."""
+    return (kernel, provider, dtype, case_id) + (() if mode == "fwd" else (mode,))
 
 
 def timing_config(o: BenchOptions, device):
@@ -94,9 +101,9 @@ def plan(run: BenchRun) -> BenchRun:
     tier = o.tier or ("bench" if device.is_gpu else "cpu")
     dtypes = () if o.dtypes == ("all",) else (o.dtypes or ("bf16",))
     skip = CPU_SKIP if tier == "cpu" and not device.is_gpu else {}
-    jobs, rows, waivers = plan_jobs(list(run.specs), device, dtypes, o.providers, tier, skip)
+    jobs, rows, waivers = plan_jobs(list(run.specs), device, dtypes, o.providers, tier, skip, o.modes)
     if not jobs:
-        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider / --tier)")
+        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider / --tier / --mode)")
     out = Path(o.out) if o.out else default_out_dir(device)
     return replace(run, tier=tier, timing=timing_config(o, device), jobs=tuple(jobs), arch_rows=tuple(rows),
                    waivers=tuple(waivers), out=out)
@@ -110,7 +117,7 @@ def open_journal(run: BenchRun) -> BenchRun:
     journal = run.out / "cases.jsonl"
     done = {}
     if run.options.resume and journal.exists():
-        done = {(c.kernel, c.provider, c.dtype, c.case_id): c for c in load_partial(journal)}
+        done = {resume_key(c.kernel, c.provider, c.dtype, c.case_id, c.mode): c for c in load_partial(journal)}
     elif journal.exists():
         journal.unlink()
     return replace(run, done=done)
@@ -149,7 +156,7 @@ def run_jobs(run: BenchRun) -> BenchRun:
 
     jobs, journal = run.jobs, run.out / "cases.jsonl"
     progress = Progress(len(jobs))
-    cases = [run.done.get((j.spec.name, j.provider.name, j.dtype, j.case.id)) for j in jobs]
+    cases = [run.done.get(resume_key(j.spec.name, j.provider.name, j.dtype, j.case.id, j.mode)) for j in jobs]
     for job, result in zip(jobs, cases, strict=True):
         if result is not None:
             progress.step(job, result)

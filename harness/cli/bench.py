@@ -26,6 +26,10 @@ def _bench_options(p) -> None:
                    help="device timing: auto (= events), cupti, graph (CUDA-graph replay, L2 flushed between "
                         "replays: decode shapes as vLLM runs them), host; the gate takes auto, events or host")
     p.add_argument("--warm", action="store_true", help="no L2 flush between samples (hot cache)")
+    p.add_argument("--mode", action="append", default=[],
+                   help="which pass to time (repeatable, comma list): fwd, bwd (the backward alone, its forward "
+                        "outside the timed region) or full (forward and backward in one call); default: fwd for a "
+                        "spec without [backward], every mode for one with it")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     specs_option(p)
     p.add_argument("--refresh-ceilings", action="store_true",
@@ -55,6 +59,9 @@ def _bench_options(p) -> None:
 @command("bench", "benchmark kernels at their bench shapes (a CPU: the small cpu tier) and write results and a report")
 @options(_bench_options)
 def cmd_bench(args) -> int:
+    if args.against and set(_modes(args.mode)) - {"fwd"}:
+        raise BadInput("--mode: the interleaved gate (--against) times fwd only; for bwd and full, bench each side "
+                       "and compare the two stored runs (compare BASE PR)")
     if args.against:
         from harness.cli.compare import cmd_against
 
@@ -68,12 +75,23 @@ def cmd_bench(args) -> int:
         specs_dir=args.specs_dir, kernels=comma_list(args.kernel), dtypes=comma_list(args.dtype),
         providers=comma_list(args.provider), tier=args.tier, out=args.out, seed=args.seed, timeout=args.timeout,
         min_time=args.min_time, max_rsd=args.max_rsd, method=args.method, warm=args.warm, resume=args.resume,
-        refresh_ceilings=args.refresh_ceilings, pytest_benchmark=args.pytest_benchmark, isolate=args.isolate),
+        refresh_ceilings=args.refresh_ceilings, pytest_benchmark=args.pytest_benchmark, isolate=args.isolate,
+        modes=_modes(args.mode)),
         trace=bool(os.environ.get("KH_TRACE_STEPS")))
     print("wrote " + ", ".join(str(p) for p in run.written[:3]))
     lines, failed = failures(run.results.cases)
     print("\n".join(lines), end="\n" if lines else "")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _modes(given) -> tuple[str, ...]:
+    from harness.bench.modes import MODES
+
+    modes = comma_list(given)
+    for m in modes:
+        if m not in MODES:
+            raise BadInput(f"--mode {m}: expected one of {', '.join(MODES)}")
+    return tuple(modes)
 
 
 @command("report", "re-render report.md and plots from a results.json (or a partial cases.jsonl)")

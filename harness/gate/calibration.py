@@ -131,12 +131,14 @@ def aa_spread(case: CaseComparison) -> float | None:
 
 def noise_doc(cases, kind: str, source: str) -> dict:
     rows = [{"kernel": c.kernel, "case_id": c.case_id, "dtype": c.dtype, "spread": s, "base_median_us":
-             c.base_median_us} for c in cases if c.metric == "device" and (s := aa_spread(c)) is not None]
+             c.base_median_us, **({} if c.mode == "fwd" else {"mode": c.mode})}
+            for c in cases if c.metric == "device" and (s := aa_spread(c)) is not None]
     return {"kind": kind, "source": source, "cases": rows}
 
 
-def load_noise(path) -> dict[tuple[str, str, str], float]:
-    """(kernel, case_id, dtype) -> A/A spread from a noise.json written by an A/A run."""
+def load_noise(path) -> dict[tuple, float]:
+    """(kernel, case_id, dtype) -> A/A spread from a noise.json written by an A/A run; a bwd or full row's key
+    has its mode after them (CaseComparison.key)."""
     path = Path(path)
     doc = _read(path, "noise file")
     rows = doc.get("cases")
@@ -149,8 +151,11 @@ def load_noise(path) -> dict[tuple[str, str, str], float]:
         for key in ("kernel", "case_id", "dtype"):
             if not isinstance(row.get(key), str):
                 raise CalibrationError(f"{path}: cases[{i}].{key}: expected a string")
-        out[(row["kernel"], row["case_id"], row["dtype"])] = _fraction(row.get("spread"), f"{path}: cases[{i}].spread",
-                                                                     lo=0.0, hi=math.inf)
+        mode = row.get("mode", "fwd")
+        if mode not in ("fwd", "bwd", "full"):
+            raise CalibrationError(f"{path}: cases[{i}].mode: expected fwd, bwd or full")
+        key = (row["kernel"], row["case_id"], row["dtype"]) + (() if mode == "fwd" else (mode,))
+        out[key] = _fraction(row.get("spread"), f"{path}: cases[{i}].spread", lo=0.0, hi=math.inf)
     return out
 
 

@@ -59,35 +59,45 @@ def _candidate(cases, provider: str | None):
 
 
 def _groups(results) -> dict:
+    """Each run's cases by (kernel, case, dtype, mode): a case's fwd, bwd and full rows are compared apart."""
     out: dict = {}
     for c in results.cases:
-        out.setdefault((c.kernel, c.case_id, c.dtype), []).append(c)
+        out.setdefault((c.kernel, c.case_id, c.dtype, c.mode), []).append(c)
     return out
 
 
 def _join(bg: dict, pg: dict) -> list[tuple[tuple, str]]:
-    """The outer join of the two runs' (kernel, case, dtype) keys, in key order: each key with "both",
+    """The outer join of the two runs' (kernel, case, dtype, mode) keys, in key order: each key with "both",
     "left_only" (base) or "right_only" (PR)."""
     import pandas as pd
 
-    cols = ["kernel", "case_id", "dtype"]
+    cols = ["kernel", "case_id", "dtype", "mode"]
     base, pr = pd.DataFrame(list(bg), columns=cols), pd.DataFrame(list(pg), columns=cols)
     joined = base.merge(pr, how="outer", on=cols, indicator=True).sort_values(cols)
-    return [((k, c, d), str(side)) for k, c, d, side in joined.itertuples(index=False, name=None)]
+    return [((k, c, d, m), str(side)) for k, c, d, m, side in joined.itertuples(index=False, name=None)]
+
+
+def _row_key(key: tuple) -> tuple:
+    """CaseComparison.key of a (kernel, case, dtype, mode): a fwd row keeps the three-part key (noise files and
+    seeds of runs before modes)."""
+    return key[:3] if key[3] == "fwd" else key
 
 
 def compare_case(key, base, pr, rule: Threshold, noise: float | None, confidence: float) -> CaseComparison:
-    """One case of two stored runs; ``base`` and ``pr`` are CaseResults (either may be None)."""
-    kernel, case_id, dtype = key
+    """One case of two stored runs, ``key`` (kernel, case, dtype, mode); ``base`` and ``pr`` are CaseResults
+    (either may be None)."""
+    kernel, case_id, dtype, mode = key
     ref = pr or base
-    fields = dict(kernel=kernel, dtype=dtype, case_id=case_id, shape=dict(ref.shape) if ref else {},
+    fields = dict(kernel=kernel, dtype=dtype, case_id=case_id, mode=mode, shape=dict(ref.shape) if ref else {},
                   headline=ref.headline if ref else False,
                   base_provider=base.provider if base else "", pr_provider=pr.provider if pr else "",
                   base_median_us=None, pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None,
                   threshold=rule, noise=noise, base_spread=None, pr_spread=None,
                   base_pct_roofline=base.pct_roofline if base else None,
                   pr_pct_roofline=pr.pct_roofline if pr else None, blocks=0, stop="", dropped=0,
-                  gpu_index=pr.gpu_index if pr else None, gpu_uuid=pr.gpu_uuid if pr else None, wall_s=0.0)
+                  gpu_index=pr.gpu_index if pr else None, gpu_uuid=pr.gpu_uuid if pr else None, wall_s=0.0,
+                  base_peak_mem_bytes=base.peak_mem_bytes if base else None,
+                  pr_peak_mem_bytes=pr.peak_mem_bytes if pr else None)
     if pr is None or base is None:
         missing = "PR" if pr is None else "base"
         return CaseComparison(**fields, verdict="NOT-COMPARED", reason=f"no such provider in the {missing} run")
@@ -97,7 +107,7 @@ def compare_case(key, base, pr, rule: Threshold, noise: float | None, confidence
         side, c = ("PR", pr) if pr.status != "ok" else ("base", base)
         return CaseComparison(**fields, verdict="NOT-COMPARED", reason=f"{side} {c.provider} {c.status}: {c.reason}")
     b, p = split_blocks(base.samples_us, STORED_BLOCKS), split_blocks(pr.samples_us, STORED_BLOCKS)
-    d = decide(b, p, rule, paired=False, noise=noise, confidence=confidence, seed=case_seed(key))
+    d = decide(b, p, rule, paired=False, noise=noise, confidence=confidence, seed=case_seed(_row_key(key)))
     finite = (lambda x: x if x == x else None)  # noqa: E731
     fields.update(base_median_us=d.base_median_us, pr_median_us=d.pr_median_us, ratio=d.ratio,
                   ratio_lo=finite(d.lo), ratio_hi=finite(d.hi), effect=d.effect, base_spread=spread(base.samples_us),
@@ -126,11 +136,13 @@ def compare_results(base_results, pr_results, *, base_source: str, pr_source: st
         if key[0] not in common:
             continue
         if side != "both":
-            unmatched.append(f"{key[0]} {key[2]} {key[1]}: only in the {'PR' if side == 'right_only' else 'base'}")
+            mode = "" if key[3] == "fwd" else f" {key[3]}"
+            where = "PR" if side == "right_only" else "base"
+            unmatched.append(f"{key[0]} {key[2]} {key[1]}{mode}: only in the {where}")
             continue
         rule = (spec_rules or {}).get(key[0], threshold)
         cases.append(compare_case(key, _candidate(bg[key], provider), _candidate(pg[key], provider), rule,
-                                  (noise or {}).get(key), confidence))
+                                  (noise or {}).get(_row_key(key)), confidence))
     aa = bool(base.commit) and base.commit == pr.commit and base.dirty is False and pr.dirty is False
     return Comparison(STORED, aa, base, pr, tuple(cases), tuple(sorted(p_kernels - b_kernels)),
                       tuple(sorted(b_kernels - p_kernels)), tuple(unmatched), threshold, confidence,

@@ -67,10 +67,16 @@ class CaseComparison:
     base_blocks_us: tuple[tuple[float, ...], ...] = ()   # every kept sample, block by block
     pr_blocks_us: tuple[tuple[float, ...], ...] = ()
     metric: str = "device"        # one of METRICS: device time per sample, or host time per call
+    # The pass timed (harness.bench.modes.MODES): a case's fwd, bwd and full are rows of their own, each
+    # judged on its own samples. The in-process gate (bench --against) times fwd only.
+    mode: str = "fwd"
+    base_peak_mem_bytes: int | None = None   # peak device memory of one call, per side; None on a CPU
+    pr_peak_mem_bytes: int | None = None
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.kernel, self.case_id, self.dtype)
+    def key(self) -> tuple:
+        """(kernel, case, dtype), with the mode after them for a bwd or full row."""
+        return (self.kernel, self.case_id, self.dtype) + (() if self.mode == "fwd" else (self.mode,))
 
     @property
     def failing(self) -> bool:

@@ -37,6 +37,11 @@ def interval(mid, lo, hi, sig: int = 3, unit: str = "") -> str:
     return f"{parts[1]}{unit}{NBSP}[{parts[0]},{NBSP}{parts[2]}]"
 
 
+def mem(nbytes) -> str:
+    """Bytes in MiB (``12.5 MiB``); a dash where none was measured (a CPU records None)."""
+    return DASH if nbytes is None else f"{num(nbytes / 2**20)}{NBSP}MiB"
+
+
 def pct(x, sig: int = 3) -> str:
     return DASH if x is None else f"{num(x, sig)}%"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 from harness import __version__
-from harness.report.cells import DASH, NBSP, cell, code, num, pct
+from harness.report.cells import DASH, NBSP, cell, code, mem, num, pct
 from harness.report.render import TEMPLATES
 from harness.results.io import atomic_write_text, finite_json
 from harness.results.model import to_json
@@ -28,6 +28,7 @@ COMMENT_LIMIT = 65_536   # GitHub's limit on one comment's body
 VERDICT_ORDER = ("SLOWER", "WRONG", "ERROR", "INCONCLUSIVE", "FASTER", "NOT-COMPARED", "SAME")
 VERDICT_TEXT = {"SLOWER": "**SLOWER**", "WRONG": "**WRONG**", "ERROR": "**ERROR**", "FASTER": "faster",
                 "SAME": "same", "INCONCLUSIVE": "inconclusive", "NOT-COMPARED": "not compared"}
+MODE_ORDER = ("fwd", "bwd", "full")
 PROVENANCE = ("source", "commit", "dirty", "device", "driver", "torch", "triton", "cuda", "clocks", "date")
 
 
@@ -52,6 +53,12 @@ def _roofline(c) -> str:
     if c.base_pct_roofline is None and c.pr_pct_roofline is None:
         return DASH
     return f"{pct(c.base_pct_roofline)}{NBSP}→{NBSP}{pct(c.pr_pct_roofline)}"
+
+
+def _peak(c) -> str:
+    """Peak device memory of one call, base → PR (a dash per side where none was measured: a CPU)."""
+    a, b = getattr(c, "base_peak_mem_bytes", None), getattr(c, "pr_peak_mem_bytes", None)
+    return DASH if a is None and b is None else f"{mem(a)}{NBSP}→{NBSP}{mem(b)}"
 
 
 def _shape(c) -> str:
@@ -82,6 +89,7 @@ def _metric(c) -> str:
 COLUMNS = {
     "shape": _shape,
     "dtype": lambda c: c.dtype,
+    "mode": lambda c: getattr(c, "mode", "fwd"),
     "timed": _metric,
     "provider": _provider,
     "base µs": lambda c: num(c.base_median_us),
@@ -91,8 +99,9 @@ COLUMNS = {
     "min. effect": _effect,
     "noise base / PR": _noise,
     "% roofline base → PR": _roofline,
+    "peak mem base → PR": _peak,
 }
-RIGHT = (4, 5, 6, 8, 9, 10)
+RIGHT = (5, 6, 7, 9, 10, 11, 12)
 
 
 def _table(cases, with_kernel: bool) -> dict:
@@ -105,7 +114,7 @@ def _table(cases, with_kernel: bool) -> dict:
 
 def _order(c) -> tuple:
     return (VERDICT_ORDER.index(c.verdict) if c.verdict in VERDICT_ORDER else 99, c.kernel, c.dtype, c.case_id,
-            getattr(c, "metric", "device"))
+            MODE_ORDER.index(getattr(c, "mode", "fwd")), getattr(c, "metric", "device"))
 
 
 def summary_line(cases) -> str:

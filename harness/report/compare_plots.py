@@ -16,6 +16,8 @@ COLOURS = {"SLOWER": "#c62828", "FASTER": "#2e7d32", "SAME": "#616161", "INCONCL
 def _label(c) -> str:
     shape = " ".join(f"{k}={v}" for k, v in c.shape.items()) if c.shape else c.case_id
     host = " (host/call)" if getattr(c, "metric", "device") == "host" else ""  # its own row, its own band
+    mode = getattr(c, "mode", "fwd")
+    host += "" if mode == "fwd" else f" [{mode}]"
     return f"{c.kernel} {c.dtype} {shape}"[:70 - len(host)] + host
 
 
@@ -28,7 +30,7 @@ def forest_plot(cmp, path: Path) -> Path | None:
     except ImportError:
         return None
     rows = [c for c in cmp.cases if c.ratio is not None and math.isfinite(c.ratio)]
-    rows.sort(key=lambda c: (c.kernel, c.dtype, c.case_id))
+    rows.sort(key=lambda c: (c.kernel, c.dtype, c.case_id, getattr(c, "mode", "fwd")))
     left_out = max(0, len(rows) - MAX_ROWS)
     rows = rows[:MAX_ROWS]
     if not rows:

@@ -44,7 +44,8 @@ def launch_line(cases) -> str:
     by_shape: dict[str, list[str]] = {}
     for c in bound:
         ratio = c.wall_median_us / c.stats["median"]
-        by_shape.setdefault(f"{shape_label(c.shape)} · {c.dtype}", []).append(f"{code(c.provider)} {ratio:.1f}x")
+        by_shape.setdefault(f"{shape_label(c.shape)} · {c.dtype} · {c.mode}", []).append(
+            f"{code(c.provider)} {ratio:.1f}x")
     parts = [f"{cell(shape)} ({', '.join(who)})" for shape, who in by_shape.items()]
     return f"Launch overhead dominates ({rule}) at: " + "; ".join(parts) + "."
 

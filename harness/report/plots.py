@@ -127,7 +127,7 @@ def _dist_figure(Figure, kernel: str, cases: list[CaseResult], provider_colour: 
     """
     panels: dict[tuple, list[CaseResult]] = {}
     for c in sorted(cases, key=lambda c: ROLE_ORDER.get(c.role, 3)):
-        panels.setdefault((c.case_id, c.dtype), []).append(c)
+        panels.setdefault((c.case_id, c.dtype, c.mode), []).append(c)
     ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))  # no lone empty cell for four panels
     nrows = math.ceil(len(panels) / ncols)
     height = 3.6 * nrows + 0.7
@@ -138,7 +138,7 @@ def _dist_figure(Figure, kernel: str, cases: list[CaseResult], provider_colour: 
     fig.suptitle(f"{kernel}: each provider's samples, % from its own median (median µs under its name)\n"
                  "box p25-p75, whiskers 1.5 IQR, dots outliers; * the candidate", fontsize=9)
     axes = fig.subplots(nrows, ncols, squeeze=False)
-    for ax, ((_case_id, dtype), group) in zip(axes.flat, panels.items(), strict=False):
+    for ax, ((_case_id, dtype, _mode), group) in zip(axes.flat, panels.items(), strict=False):
         data = [[100.0 * (x / c.stats["median"] - 1.0) for x in c.samples_us] if c.stats["median"] else [0.0]
                 for c in group]
         box = ax.boxplot(data, patch_artist=True, widths=0.6,

@@ -15,7 +15,7 @@ import jinja2
 
 from harness import __version__
 from harness.report.ceilings import ceilings_section, ceilings_when
-from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, num, pct, speedup, verdict
+from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, mem, num, pct, speedup, verdict
 from harness.report.cells import table as _table
 from harness.report.gaps import spec_gaps
 from harness.report.launch import host_cell, launch_line, wall_cell
@@ -31,6 +31,8 @@ from harness.results.model import CaseResult, Results
 TEMPLATES = Path(__file__).parent / "templates"
 BASELINE_ORDER = ("reference", "torch.compile")
 FULL_STATS = ("min", "p25", "median", "p75", "max", "mean", "std")
+# A panel's mode in its title: what its times are of (harness.bench.modes)
+MODE_TITLE = {"fwd": "fwd", "bwd": "bwd (backward alone)", "full": "full (forward + backward)"}
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -42,9 +44,10 @@ def _median(c: CaseResult):
 
 
 def _groups(cases) -> dict[tuple, list[CaseResult]]:
+    """Providers compared with each other: one (kernel, case, dtype, mode)."""
     groups: dict[tuple, list[CaseResult]] = {}
     for c in cases:
-        groups.setdefault((c.kernel, c.case_id, c.dtype), []).append(c)
+        groups.setdefault((c.kernel, c.case_id, c.dtype, c.mode), []).append(c)
     return groups
 
 
@@ -59,8 +62,17 @@ def _provider_order(providers) -> list[str]:
     return sorted(set(providers), key=key)
 
 
+def _has_modes(cases) -> bool:
+    """Whether any case timed a backward: only then do tables carry a mode column (a forward-only report keeps
+    its columns)."""
+    return any(c.mode != "fwd" for c in cases)
+
+
 def _summary(results: Results) -> dict:
     headline = _groups(c for c in results.cases if c.headline)
+    modes = _has_modes(results.cases)
+    # a peak-memory column only where one was measured (a CPU has none): "How measured" says why it is absent
+    peaks = any(c.peak_mem_bytes is not None for c in results.cases)
     others = _provider_order(p for g in headline.values() for c in g if c.role == "candidate"
                              for p in c.speedups)
     others += [p for p in _provider_order(c.provider for g in headline.values() for c in g
@@ -70,21 +82,25 @@ def _summary(results: Results) -> dict:
     ran = {c.provider for g in headline.values() for c in g if c.status != "skipped"}
     others = [p for p in others if p in ran]
     rows = []
-    for (kernel, _, dtype), group in headline.items():
+    for (kernel, _, dtype, mode), group in headline.items():
         fastest = _fastest(group)
         status = {c.provider: c.status for c in group}
         for c in (c for c in group if c.role == "candidate"):
-            row = [cell(kernel), cell(shape_label(c.shape)), dtype, code(c.provider),
-                   num(_median(c)) if c.status == "ok" else DASH, pct(c.pct_roofline)]
+            row = [cell(kernel), cell(shape_label(c.shape)), dtype, *([mode] if modes else []), code(c.provider),
+                   num(_median(c)) if c.status == "ok" else DASH, pct(c.pct_roofline),
+                   *([mem(c.peak_mem_bytes)] if peaks else [])]
             row += [speedup(c, p, status) for p in others]
             row.append(code(fastest.provider) if fastest else DASH)
             row.append(verdict(c))
             rows.append(row)
-    header = (["kernel", "headline shape", "dtype", "candidate", "median µs", "% roofline"]
+    header = (["kernel", "headline shape", "dtype", *(["mode"] if modes else []), "candidate", "median µs",
+               "% roofline", *(["peak mem"] if peaks else [])]
               + [f"vs {PROVIDER_LABEL.get(p, p)}" for p in others] + ["fastest", "verdict"])
     missing = [k for k in dict.fromkeys(c.kernel for c in results.cases)
                if not any(key[0] == k for key in headline)]
-    return {"table": _table(header, rows, right=tuple(range(4, 6 + len(others)))), "others": others,
+    first = 4 + modes
+    return {"table": _table(header, rows, right=tuple(range(first, first + 2 + peaks + len(others)))),
+            "others": others,
             "no_headline": missing}
 
 
@@ -168,13 +184,13 @@ def _not_measured(cases) -> list[dict]:
     rank = {"wrong": 0, "error": 0, "skipped": 1}
     bad = sorted((c for c in cases if c.status != "ok"),
                  key=lambda c: (rank.get(c.status, 0), c.role != "candidate"))
-    return [{"status": c.status, "provider": c.provider, "dtype": c.dtype, "kernel": c.kernel,
+    return [{"status": c.status, "provider": c.provider, "dtype": c.dtype, "mode": c.mode, "kernel": c.kernel,
              "role": c.role, "shape": shape_label(c.shape), "reason": cell(c.reason)} for c in bad]
 
 
 def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
-    panels = []
-    for (_, case_id, dtype), group in _groups(cases).items():
+    panels, modes = [], _has_modes(cases)
+    for (_, case_id, dtype, mode), group in _groups(cases).items():
         fastest = _fastest(group)
         rows = []
         for c in sorted((c for c in group if c.status == "ok"), key=lambda c: _median(c) or 0):
@@ -185,14 +201,15 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
                          f"{num(s['p5'])}{NBSP}to{NBSP}{num(s['p95'])}", num(s["iqr"]),
                          pct(None if s["cv"] is None else 100 * s["cv"], 2),
                          f"{s['outliers_low']} / {s['outliers_high']}", num(c.warm_median_us),
-                         host_cell(c), wall_cell(c), num(c.gbps), num(c.ceiling_gbps), num(c.tflops),
-                         pct(c.pct_roofline), verdict(c),
+                         host_cell(c), wall_cell(c), mem(c.peak_mem_bytes), num(c.gbps), num(c.ceiling_gbps),
+                         num(c.tflops), pct(c.pct_roofline), verdict(c),
                          cell(c.stop_reason)])
         table = _table(["provider", "n", "median µs [95% CI]", "p5 to p95 µs", "IQR µs", "CV",
-                        "outliers lo / hi", "warm median µs", "host µs / call", "sync wall µs", "GB/s",
+                        "outliers lo / hi", "warm median µs", "host µs / call", "sync wall µs", "peak mem", "GB/s",
                         "ceiling GB/s", "TFLOP/s", "% roofline", "verdict", "stopped because"], rows,
-                       right=tuple(range(1, 14)))
-        panels.append({"title": f"{shape_label(group[0].shape)} · {dtype}", "case_id": case_id,
+                       right=tuple(range(1, 15)))
+        title = f"{shape_label(group[0].shape)} · {dtype}" + (f" · {MODE_TITLE[mode]}" if modes else "")
+        panels.append({"title": title, "case_id": case_id,
                        "headline": any(c.headline for c in group), "table": table if rows else None,
                        "not_measured": _not_measured(group)})
     main = [p for p in panels if p["headline"]] or panels
@@ -201,12 +218,13 @@ def _kernel_section(kernel: str, cases: list[CaseResult], plots: Plots) -> dict:
         if c.status != "ok":
             continue
         s = c.stats
-        full.append([cell(shape_label(c.shape)), c.dtype, code(c.provider), code(c.backend), c.role,
+        full.append([cell(shape_label(c.shape)), c.dtype, c.mode, code(c.provider), code(c.backend), c.role,
                      *(num(s[k]) for k in FULL_STATS),
-                     str(len(c.dropped_us)), num(c.bytes), num(c.flops), c.bound or DASH, cell(c.method),
-                     str(c.seed)])
-    full_table = _table(["shape", "dtype", "provider", "backend", "role", *FULL_STATS, "throttled dropped",
-                         "bytes", "flops", "bound", "method", "seed"], full, right=tuple(range(5, 15)))
+                     str(len(c.dropped_us)), num(c.bytes), num(c.flops), c.bound or DASH, mem(c.peak_mem_bytes),
+                     cell(c.method), str(c.seed)])
+    full_table = _table(["shape", "dtype", "mode", "provider", "backend", "role", *FULL_STATS, "throttled dropped",
+                         "bytes", "flops", "bound", "peak mem", "method", "seed"], full,
+                        right=(*range(6, 16), 17))
     return {"name": kernel, "panels": main, "more_panels": [p for p in panels if p not in main],
             "plot": plots.dist.get(kernel), "roofline": plots.kernel_roofline.get(kernel), "full": full_table,
             "shapes": shapes_table(cases), "launch": launch_line(cases),
@@ -241,6 +259,11 @@ def _how_measured(results: Results) -> str:
         parts.append(f"Warm medians ({warm} cases) are back-to-back launches without a flush.")
     if launch := launch_how_measured(ok):
         parts.append(launch)
+    if any(c.peak_mem_bytes is not None for c in ok):
+        parts.append("Peak mem: one more call after timing, the peak of allocated device memory above what was "
+                     "allocated before it (for bwd, on top of the forward's saved graph).")
+    elif ok:
+        parts.append("Peak mem: not measured here (a CPU has no device-memory counter; a dash, never an estimate).")
     seeds = sorted({c.seed for c in results.cases})
     if seeds:
         parts.append(f"Input seed{'s' * (len(seeds) != 1)}: {', '.join(map(str, seeds))}.")

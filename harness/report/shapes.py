@@ -37,7 +37,7 @@ def shapes_table(cases: list[CaseResult]) -> dict | None:
     other provider saying where the candidate wins and loses."""
     groups: dict[tuple, list[CaseResult]] = {}
     for c in cases:
-        groups.setdefault((c.case_id, c.dtype), []).append(c)
+        groups.setdefault((c.case_id, c.dtype, c.mode), []).append(c)
     rows = []
     for group in groups.values():
         for c in group:
@@ -46,14 +46,16 @@ def shapes_table(cases: list[CaseResult]) -> dict | None:
     if len(rows) < 2:
         return None
     others = list(dict.fromkeys(p for c, status in rows for p in (*c.speedups, *status) if p != c.provider))
+    modes = any(c.mode != "fwd" for c in cases)  # a mode column only where a backward was timed
     body = []
     for c, status in rows:
         ok = c.status == "ok"
-        body.append([cell(shape_label(c.shape)), c.dtype, code(c.provider),
+        body.append([cell(shape_label(c.shape)), c.dtype, *([c.mode] if modes else []), code(c.provider),
                      num(c.stats["median"]) if ok and c.stats else DASH, num(c.tflops), num(c.gbps),
                      pct(c.pct_roofline), c.bound or DASH, *(speedup(c, p, status) for p in others), verdict(c)])
-    header = ["shape", "dtype", "candidate", "median µs", "TFLOP/s", "GB/s", "% roofline", "bound",
-              *(f"vs {PROVIDER_LABEL.get(p, p)}" for p in others), "verdict"]
+    header = ["shape", "dtype", *(["mode"] if modes else []), "candidate", "median µs", "TFLOP/s", "GB/s",
+              "% roofline", "bound", *(f"vs {PROVIDER_LABEL.get(p, p)}" for p in others), "verdict"]
     lines = [line for p in others if (line := _wins(rows, p))]
-    return {"table": table(header, body, right=tuple(range(3, 7)) + tuple(range(8, 8 + len(others)))),
+    m = int(modes)
+    return {"table": table(header, body, right=tuple(range(3 + m, 7 + m)) + tuple(range(8 + m, 8 + m + len(others)))),
             "wins": lines}

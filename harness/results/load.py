@@ -23,6 +23,7 @@ from harness.results.model import (
     ARCH_STATUSES,
     BOUNDS,
     CASE_FIELDS_ADDED_IN,
+    MODES,
     READABLE_VERSIONS,
     ROLES,
     SCHEMA_VERSION,
@@ -223,6 +224,7 @@ _FIELD_CHECKS: dict[tuple[type, str], Callable] = {
     (CaseResult, "role"): _one_of(ROLES),
     (CaseResult, "verdict"): _one_of(VERDICTS),
     (CaseResult, "bound"): _one_of(BOUNDS),
+    (CaseResult, "mode"): _one_of(MODES),
     (CaseResult, "shape"): _check_shape,
     (CaseResult, "stats"): _check_stats,
     (CaseResult, "speedups"): _check_speedups,
@@ -258,7 +260,7 @@ def _from_dict(cls: type, data, where: str):
 
 
 def _case_key(case: CaseResult) -> tuple:
-    return (case.kernel, case.provider, case.backend, case.dtype, case.case_id)
+    return (case.kernel, case.provider, case.backend, case.dtype, case.case_id, case.mode)
 
 
 def _check_version(doc: dict) -> int:
@@ -275,14 +277,15 @@ def _upgrade_case(case, version: int, where: str):
     """A case of an older schema as one of the current schema: the fields added since get their defaults.
 
     Only a dict is upgraded (anything else fails the normal checks); a field from a later version than the
-    file's is refused as unknown, so a version-2 file cannot smuggle in schema-3 keys."""
+    file's is refused as unknown, so a version-2 file cannot smuggle in schema-3 keys, unless it holds that
+    field's default (``"mode": "fwd"``), which says nothing the file's own schema could not."""
     if version == SCHEMA_VERSION or not isinstance(case, dict):
         return case
     defaults = {f.name: f.default for f in fields(CaseResult)}
     case = dict(case)
     for key, since in CASE_FIELDS_ADDED_IN.items():
         if version < since:
-            if key in case:
+            if key in case and case[key] != _plain(defaults[key]):
                 raise _Bad(_at(where, key), f"unknown key in a schema version {version} file (added in {since})")
             case[key] = defaults[key]
     return case

@@ -8,12 +8,16 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from harness.spec.waivers import Waiver  # noqa: F401  (part of the results schema)
 
-SCHEMA_VERSION = 5  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid;
-#                    4: CaseResult.compute; 5: CaseResult.host_us, host_median_us, wall_us, wall_median_us, launch
-READABLE_VERSIONS = (2, 3, 4, 5)  # older files load with the fields added since filled by their defaults
+SCHEMA_VERSION = 6  # 2: CaseResult.ceiling_gbps, ceilings.bandwidth_gbps; 3: CaseResult.gpu_index, gpu_uuid;
+#                    4: CaseResult.compute; 5: CaseResult.host_us, host_median_us, wall_us, wall_median_us, launch;
+#                    6: CaseResult.mode, peak_mem_bytes
+READABLE_VERSIONS = (2, 3, 4, 5, 6)  # older files load with the fields added since filled by their defaults
 
 
 STATUSES = ("ok", "wrong", "error", "skipped")
+
+
+MODES = ("fwd", "bwd", "full")  # the pass timed (harness.bench.modes)
 
 
 ROLES = ("candidate", "baseline", "peer")
@@ -93,12 +97,18 @@ class CaseResult:
     wall_us: tuple[float, ...] = ()
     wall_median_us: float | None = None
     launch: dict | None = None
+    # Which pass was timed (MODES): the forward, the backward alone, or both in one call. Part of the case's
+    # identity: a case has a row per mode. "fwd" in files before schema 6, which timed nothing else.
+    mode: str = "fwd"
+    # Peak device memory of one call above what was allocated before it (harness/timing/memory.py); None on a
+    # CPU (no counter that means the same), for cases not timed, and in files before schema 6.
+    peak_mem_bytes: int | None = None
 
 
 # CaseResult fields a schema version added: a file of an older version must not have them; it loads with
 # their defaults (the dataclass's), as a record of the current schema.
 CASE_FIELDS_ADDED_IN = {"gpu_index": 3, "gpu_uuid": 3, "compute": 4, "host_us": 5, "host_median_us": 5,
-                        "wall_us": 5, "wall_median_us": 5, "launch": 5}
+                        "wall_us": 5, "wall_median_us": 5, "launch": 5, "mode": 6, "peak_mem_bytes": 6}
 
 
 @dataclass(frozen=True)

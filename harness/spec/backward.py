@@ -15,12 +15,25 @@ kernel = "kernels.rmsnorm_bwd:rmsnorm_bwd"
 [backward.tolerance.weight.bf16]          # one gradient's bound at one dtype
 rtol = 2e-2
 reason = "..."
+
+[backward.roofline]                       # the backward's own traffic, read like [roofline]
+read_bytes = "bytes_x + bytes_weight + bytes_grad_out"
+write_bytes = "bytes_grad_x + bytes_grad_weight"
+flops = "11 * numel_x"
+target = 0.8
 ```
+
+``[backward.roofline]`` sees the forward's symbols plus ``numel_`` / ``bytes_`` of each grad output
+(``grad_<output>``) and each gradient (``grad_<input>``): the tensors a backward reads and writes. A benchmark's
+bwd rows take their % of roofline from it, its full rows from it plus the forward's ``[roofline]``.
 """
 
 from __future__ import annotations
 
-from harness.spec.model import FLOAT_DTYPES, GRAD_OUTPUTS, Backward, BackwardImpl, Tensor
+import re
+
+from harness.spec.model import FLOAT_DTYPES, GRAD_OUTPUTS, Backward, BackwardImpl, Roofline, Tensor
+from harness.spec.roofline import read_roofline
 from harness.spec.schema import Reader, describe, did_you_mean
 from harness.spec.tolerance import read_tolerance
 
@@ -34,7 +47,7 @@ def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes)
     if not isinstance(t, dict):
         r.problem("backward", f"expected a table, got {describe(t)}")
         return None
-    r.keys(t, ["inputs", "grad_outputs", "saved", "backends", "tolerance"], "backward",
+    r.keys(t, ["inputs", "grad_outputs", "saved", "backends", "tolerance", "roofline"], "backward",
            required=["inputs", "backends"])
     by_name = {x.name: x for x in tensors}
     inputs = r.str_list(t, "inputs", "backward")
@@ -90,7 +103,46 @@ def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes)
                 r.problem(f"{key}.{d}", f"expected a table, got {describe(tol)}")
             else:
                 tolerances[(name, d)] = read_tolerance(r, f"{key}.{d}", tol, d)
-    return Backward(inputs, grad_outputs, saved, impls, tolerances)
+    roofline = _roofline(r, t["roofline"], tensors, inputs) if "roofline" in t else None
+    return Backward(inputs, grad_outputs, saved, impls, tolerances, roofline)
+
+
+class _Nested(Reader):
+    """A reader whose problems name their keys under ``prefix``: the forward's [roofline] reader, reused for
+    [backward.roofline], names its keys ``roofline.*``."""
+
+    def __init__(self, outer: Reader, prefix: str):
+        super().__init__(outer.path)
+        self.problems, self.prefix = outer.problems, prefix
+
+    def problem(self, key: str, message: str) -> None:
+        super().problem(f"{self.prefix}.{key}" if key else self.prefix, message)
+
+
+_TENSOR_SYMBOL = re.compile(r"^(?:numel|bytes)_(.+)$")
+
+
+def _roofline(r: Reader, t, tensors: list[Tensor], inputs) -> Roofline | None:
+    if not isinstance(t, dict):
+        r.problem("backward.roofline", f"expected a table, got {describe(t)}")
+        return None
+    roof = read_roofline(_Nested(r, "backward"), t)
+    if roof is None:
+        return None
+    # A tensor symbol must name a tensor the backward has; the case's own symbols are checked when evaluated
+    # (this reader is not handed them).
+    known = [x.name for x in tensors] + [grad_name(x.name) for x in tensors if x.output]
+    known += [grad_name(n) for n in inputs]
+    for key, e in (("read_bytes", roof.read_bytes), ("write_bytes", roof.write_bytes), ("bytes", roof.bytes),
+                   ("flops", roof.flops)):
+        if e is None or (key == "bytes" and roof.read_bytes is not None):
+            continue
+        for name in sorted(e.names):
+            m = _TENSOR_SYMBOL.match(name)
+            if m and m.group(1) not in known:
+                r.problem(f"backward.roofline.{key}", f"undefined symbol '{name}': no tensor \"{m.group(1)}\""
+                                                      f"{did_you_mean(m.group(1), known)}")
+    return roof
 
 
 def _impl(r: Reader, key: str, name: str, b: dict, tensors, params, has_saved: bool) -> BackwardImpl:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from harness.spec import expr as ex
 from harness.spec.archs import ArchError, parse_rule
+from harness.spec.roofline import read_roofline as _roofline
 from harness.spec.schema import Reader, SpecError, describe, did_you_mean, one_line
+from harness.spec.schema import parse_expr as _expr
 from harness.spec.tolerance import read_tolerance as _tolerance
 from harness.spec.waivers import flat_waivers, key_problem
 
@@ -24,7 +26,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 from harness.spec.model import (
-    COMPUTE_PRECISIONS,
     DISTRIBUTIONS,
     DTYPES,
     FLOAT_DTYPES,
@@ -36,7 +37,6 @@ from harness.spec.model import (
     Distribution,
     GateRule,
     Peer,
-    Roofline,
     Spec,
     Tensor,
 )
@@ -235,14 +235,6 @@ def _is_table(r: Reader, value, key: str) -> bool:
     return True
 
 
-def _expr(r: Reader, source, key: str, functions=None, lists: bool = False) -> ex.Expr | None:
-    try:
-        return ex.parse(source, functions=functions, lists=lists)
-    except ex.ExprError as exc:
-        r.problem(key, f"bad expression: {exc}")
-        return None
-
-
 def _import_path(r: Reader, table: dict, where: str, name: str = "impl") -> str:
     value = r.get(table, name, str, where, default="", required=name in ("impl", "reference"))
     if value and (value.count(":") != 1 or not all(value.split(":"))):
@@ -358,36 +350,3 @@ def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution |
         return None
     parsed = tuple(_expr(r, ex.ast.unparse(a), key) for a in args)  # a distribution inside one: one problem
     return None if None in parsed else Distribution(kind, parsed)
-
-
-def _roofline(r: Reader, t: dict) -> Roofline | None:
-    r.keys(t, ["bytes", "read_bytes", "write_bytes", "flops", "target", "compute", "gap"], "roofline",
-           required=["flops"])
-    split = [k for k in ("read_bytes", "write_bytes") if k in t]
-    if "bytes" in t and split:
-        r.problem(f"roofline.{split[0]}", "give bytes, or read_bytes and write_bytes, not both")
-        return None
-    if len(split) == 1:
-        other = "write_bytes" if split[0] == "read_bytes" else "read_bytes"
-        r.problem(f"roofline.{other}", f"required with {split[0]}")
-        return None
-    if "bytes" not in t and not split:
-        r.problem("roofline.bytes", "missing required key (or give read_bytes and write_bytes)")
-        return None
-    rd = _expr(r, t["read_bytes"], "roofline.read_bytes") if split else None
-    wr = _expr(r, t["write_bytes"], "roofline.write_bytes") if split else None
-    if split and not (rd and wr):
-        return None
-    b = _expr(r, f"({rd.source}) + ({wr.source})" if split else t["bytes"], "roofline.bytes")
-    f = _expr(r, t.get("flops", "0"), "roofline.flops")
-    target = r.get(t, "target", float, "roofline", default=0.0)
-    if not 0 <= target <= 1:
-        r.problem("roofline.target", f"must be a fraction in [0, 1], got {target}")
-    compute = r.get(t, "compute", str, "roofline", default=None)
-    if compute is not None and compute not in COMPUTE_PRECISIONS:
-        r.problem("roofline.compute", f'unknown precision "{compute}"{did_you_mean(compute, COMPUTE_PRECISIONS)} '
-                                      f'(one of {", ".join(COMPUTE_PRECISIONS)})')
-    gap = r.get(t, "gap", str, "roofline", default=None)
-    if gap is not None and not gap.strip():
-        r.problem("roofline.gap", "expected why the kernel is below its target, got an empty string")
-    return Roofline(b, f, target, rd, wr, compute, " ".join(gap.split()) if gap else None) if b and f else None

@@ -239,6 +239,10 @@ class Backward:
     saved: tuple[str, ...] = ()
     backends: dict[str, BackwardImpl] = dataclasses.field(default_factory=dict)
     tolerances: dict[tuple[str, str], Tolerance] = dataclasses.field(default_factory=dict)  # (input, dtype)
+    # ``[backward.roofline]``: the backward's own traffic and arithmetic, over the forward's symbols and the
+    # gradients' (``bytes_grad_<output>`` for a grad output, ``bytes_grad_<input>`` for a gradient); None: a
+    # benchmark's bwd and full rows get no % of roofline (full adds it to the forward's [roofline]).
+    roofline: Roofline | None = None
 
     def modes(self, backend: str) -> tuple[str, ...]:
         """The backward items of a backend: "autograd", "kernel", both or none."""

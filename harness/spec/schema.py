@@ -117,3 +117,14 @@ def _join(key: str, name: object) -> str:
 def did_you_mean(name: str, options: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def parse_expr(r: Reader, source, key: str, functions=None, lists: bool = False):
+    """``source`` parsed as a spec expression, or None with the problem recorded under ``key``."""
+    from harness.spec import expr as ex  # the expression language imports nothing of the spec's
+
+    try:
+        return ex.parse(source, functions=functions, lists=lists)
+    except ex.ExprError as exc:
+        r.problem(key, f"bad expression: {exc}")
+        return None
