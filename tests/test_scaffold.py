@@ -52,9 +52,10 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, timeout=600)
 
 
-def _outcomes(root: Path) -> dict[str, tuple[str, frozenset]]:
+def _outcomes(root: Path, *args: str) -> dict[str, tuple[str, frozenset]]:
     """Run the kernel's generated tests; item name -> (outcome, the exceptions its failure text names)."""
-    proc = _run(root, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kernel", NAME, "--junitxml=junit.xml")
+    proc = _run(root, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kernel", NAME, "--junitxml=junit.xml",
+                *args)
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     out = {}
     for case in ET.parse(root / "junit.xml").iter("testcase"):
@@ -104,7 +105,8 @@ def test_generated_tests_run_and_fail_only_at_the_todo(project):
     todo = [line for line in lines if "raise NotImplementedError(TODO)" in line]
     assert len(todo) == 1
     kernel.write_text("".join(line for line in lines if line not in todo))
-    assert set(_outcomes(project).values()) == {("passed", frozenset())}
+    # every case and opcheck; the compile items (a cold torch.compile each on the CPU) failed at the TODO above
+    assert set(_outcomes(project, "-k", "not compile").values()) == {("passed", frozenset())}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed")

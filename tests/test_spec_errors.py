@@ -150,15 +150,17 @@ def test_broken_spec_becomes_one_failing_item_and_others_still_run(pytester, mon
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the specs name tests.planted.* kernels
     specs = pytester.path / "specs"
     specs.mkdir()
+    # one good spec on each side of the broken one in collection order; their compile items sit out (each a
+    # torch.compile on the CPU, seconds apiece, and nothing to do with collection)
     good = [load_spec(write_spec(specs, name, "tests.planted.broken_kernels:scale")) for name in ("alpha", "omega")]
     (specs / "scale.toml").write_text(VALID.replace('rtol = 1.6e-2', 'rtol = "x"'))
     result = pytester.runpytest_subprocess("--specs", "specs", "--dtype", "fp32", "-v", "-p", "no:cacheprovider",
-                                           timeout=300)
+                                           "-k", "not compile", timeout=300)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["*tolerance.bf16.rtol: expected a number, got \"x\"*"])
     assert "Traceback" not in out
-    per_spec = {s.name: fp32_items(s) for s in good}
-    assert outcomes(result) == {"failed": 1, "passed": sum(per_spec.values())}, out[-3000:]
+    per_spec = {s.name: fp32_items(s) - 2 for s in good}  # less the two compile items (triton, reference)
+    assert outcomes(result) == {"failed": 1, "passed": sum(per_spec.values()), "deselected": 4}, out[-3000:]
     for name, n in per_spec.items():
         assert len(re.findall(rf"^specs/{name}\.toml::{name}\[\S+ PASSED", out, re.M)) == n, (name, out[-3000:])
     assert re.search(r"^specs/scale\.toml::scale\[spec\] FAILED", out, re.M), out[-3000:]

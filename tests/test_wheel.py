@@ -112,6 +112,7 @@ def test_the_adopting_repositorys_own_kernels_package_is_tested(wheel, tmp_path)
     project = _adopter(tmp_path / "adopter")
     where = _run(bin_dir / "python", "-c", "import harness; print(harness.__file__)", cwd=project).stdout
     assert where.startswith(purelib), where
+    # the cases and opcheck: the compile item adds a cold torch.compile and nothing of the wheel's packaging
     done = _run(bin_dir / "pytest", "-q", "-p", "no:cacheprovider", "--kernel", "kh_kl_div", "--dtype", "fp32",
-                cwd=project, timeout=900)
+                "-k", "not compile", cwd=project, timeout=900)
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout[-3000:]
