@@ -32,11 +32,12 @@ from hypothesis import strategies as st
 from harness.cli.main import main
 from harness.report import render
 from harness.results.model import SCHEMA_VERSION, STATS_KEYS, ArchRow, CaseResult, Results, Waiver, to_json
+from tests.e2e import FUZZ_EXAMPLES
 from tests.fuzz_docs import get, splice_bytes, structural_mutation, walk
 
 VERSION = b'{"schema_version": ' + str(SCHEMA_VERSION).encode()  # the start of a record of this schema
 
-FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much, HealthCheck.large_base_example])
 

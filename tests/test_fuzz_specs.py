@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from harness.cli.main import main
 from harness.spec.imports import use_interpreter_if_no_gpu
 from harness.spec.load import load
+from tests.e2e import FUZZ_EXAMPLES
 from tests.fuzz_docs import parent, splice_bytes, structural_mutation, walk
 
 if sys.version_info >= (3, 11):
@@ -38,7 +39,7 @@ else:  # pragma: no cover
 use_interpreter_if_no_gpu()
 import tests.planted.broken_kernels  # noqa: E402,F401  imported once: an example only reads its spec
 
-FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None, print_blob=False,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much, HealthCheck.large_base_example])
 MOD = "tests.planted.broken_kernels"

@@ -154,6 +154,25 @@ def test_a_bad_file_stops_pytest_with_one_line(pytester):
             "match: not a regex: missing ), unterminated subpattern at position 0") in result.stderr.str()
 
 
+def test_under_xdist_the_summary_counts_the_workers_reports_and_a_bad_pattern_stops_the_run(pytester):
+    """pytest-xdist runs the items in worker processes: the xfails and the summary are the same, and a file
+    problem found at a worker's collection fails the run (a worker's exit status never reaches the
+    controller: the workers hand their problems over)."""
+    pytest.importorskip("xdist")
+    _project(pytester.path, NO_ROWS + FIXED)
+    result = _run(pytester, "-n", "2")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert "found: no-rows: 1 of 1 item(s) as recorded: crashes on 0 rows" in out, out[-3000:]
+    assert "NO LONGER FOUND: fixed: 0 of 1 item(s) as recorded, 1 passed: once wrong at 1 row" in out
+    assert "2 defect(s) run: 1 item(s) found as recorded, 1 no longer found, 0 with a changed message" in out
+    (pytester.path / "known_defects.toml").write_text(NO_ROWS + FIXED.replace("rows=1,cols=33", "rows=2,cols=33"))
+    result = _run(pytester, "-n", "2")
+    out = result.stdout.str()
+    want = "FAILED: known_defects.toml: fixed: items pattern 'twice[torch-*-rows=2,cols=33]' names no generated item"
+    assert result.ret == 1 and want in out, out[-3000:]
+
+
 GPU_ONLY = '''
 [[defect]]
 id = "on-gpu"

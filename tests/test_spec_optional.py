@@ -260,9 +260,12 @@ def test_the_generated_items_pass_with_the_correct_kernel_and_fail_with_a_plante
     specs = pytester.path / "specs"
     specs.mkdir()
     spec = load(write(specs))
+    # the triton backend's compile item runs the optional input through torch.compile; the reference's would
+    # be a second cold compile of the same op schema
     result = pytester.runpytest_subprocess("--specs", "specs", "--dtype", "fp32", "-p", "no:cacheprovider",
-                                           timeout=600)
-    assert outcomes(result) == {"passed": fp32_items(spec)}, result.stdout.str()[-3000:]
+                                           "--deselect", "specs/planted_optional.toml::planted_optional"
+                                           "[reference-fp32-compile]", timeout=600)
+    assert outcomes(result) == {"passed": fp32_items(spec) - 1, "deselected": 1}, result.stdout.str()[-3000:]
     write(specs, "loss_mean_as_sum")
     result = pytester.runpytest_subprocess("--specs", "specs", "--dtype", "fp32", "-k", "triton and not opcheck "
                                            "and not compile", "-p", "no:cacheprovider", "-rf", timeout=600)

@@ -40,6 +40,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 KEY = "known-defects"
+OUTCOME = "kernel-harness-known-defect"  # a report's user property: (defect id, found | passed | changed)
 DEFECT_KEYS = ("id", "summary", "why", "items", "match", "exact", "devices")
 # Where a defect shows: the Triton interpreter on a CPU, or compiled code on a GPU (a CUDA-graph capture, say,
 # exists only there). Elsewhere the defect does not own its items, which must then pass.
@@ -203,6 +204,8 @@ class KnownDefects:
                 if name not in generated and in_scope(name):
                     self.problems.append(f"{self.name}: {d.id}: exact item {name} is no longer generated (the "
                                          f"spec's cases changed? update {self.name})")
+        if hasattr(config, "workeroutput"):  # a pytest-xdist worker: its exit status never reaches the controller
+            config.workeroutput[OUTCOME] = list(self.problems)
 
     # Outermost, so the harness's own wrapper records the item's real outcome, and this one sees the last word.
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -215,7 +218,7 @@ class KnownDefects:
             return report
         head = f"known defect {defect.id} ({defect.summary})"
         if report.passed:
-            self.outcomes[defect.id].append("passed")
+            report.user_properties.append((OUTCOME, (defect.id, "passed")))
             report.outcome = "failed"
             report.longrepr = (f"{head} is no longer found: this item passed, {self.name} expects a failure "
                                f"matching {defect.match.pattern!r}")
@@ -223,16 +226,29 @@ class KnownDefects:
         line = _first_line(report)
         want = defect.exact_line(item.name) if getattr(item.device, "interpreted", False) else None
         if defect.match.search(line) and (want is None or line == want):
-            self.outcomes[defect.id].append("found")
+            report.user_properties.append((OUTCOME, (defect.id, "found")))
             report.outcome = "skipped"
             report.wasxfail = f"known defect {defect.id}: {line}"
             return report
-        self.outcomes[defect.id].append("changed")
+        report.user_properties.append((OUTCOME, (defect.id, "changed")))
         recorded = (f"exactly (the Triton interpreter's run recorded in {self.name}): {want}" if want is not None
                     else f"a first line matching {defect.match.pattern!r}")
         report.longrepr = (f"{report.longreprtext}\n{head}: its message changed\n  now:      {line}\n"
                            f"  recorded: {recorded}")
         return report
+
+    def pytest_runtest_logreport(self, report):
+        """Where the summary's counts come from: every report, the workers' too under pytest-xdist."""
+        for key, value in getattr(report, "user_properties", ()):
+            if key == OUTCOME and value[0] in self.outcomes:
+                self.outcomes[value[0]].append(value[1])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """pytest-xdist's controller: the file problems its workers found at their collections."""
+        for line in getattr(node, "workeroutput", {}).get(OUTCOME, ()):
+            if line not in self.problems:
+                self.problems.append(line)
 
     def pytest_sessionfinish(self, session, exitstatus):
         if self.problems and session.exitstatus == 0:
