@@ -19,8 +19,8 @@ from harness.results.model import SCHEMA_VERSION, ArchRow, CaseResult, Results, 
 from harness.timing.stats import summarize
 
 REPO = Path(__file__).resolve().parents[1]
-# Examples per fuzz test (tests/test_fuzz_*.py, derandomised: the same ones every run). 120 keeps CI inside its
-# time budget; KH_FUZZ_EXAMPLES=2000 is the deep run (the nightly schedule, or by hand after a change to a reader).
+# Examples per fuzz test (tests/test_fuzz_*.py, derandomised: the same ones every run). 120 keeps CI's time
+# down; KH_FUZZ_EXAMPLES=2000 is the deep run, by hand after a change to a spec or results reader.
 FUZZ_EXAMPLES = int(os.environ.get("KH_FUZZ_EXAMPLES", "120"))
 TEMPLATE = REPO / "tests" / "specs" / "scale.toml"
 ALL_LAYOUTS = '["padded", "strided", "transposed"]'
