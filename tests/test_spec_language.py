@@ -135,9 +135,11 @@ def test_validate_accepts_a_launcher_taking_kwargs(tmp_path, capsys):
 
 
 def test_missing_dependency_is_named_as_the_environments_problem(tmp_path, capsys):
+    """A kernel module that needs a package this Python lacks: said, and not the spec's failure (validate on a
+    machine without torch still checks every spec's own text)."""
     code, err = _problems(tmp_path, capsys, BASE.replace("tests.planted.spec_kernels:quant_ref",
                                                          "tests.planted.needs_missing_pkg:quant_ref"))
-    assert code == 2 and len(err) == 1
+    assert code == 0 and len(err) == 1
     assert "not checked: importing" in err[0] and "needs module 'kh_no_such_package'" in err[0], err[0]
     assert "nox -s validate" in err[0]
 

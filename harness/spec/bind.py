@@ -23,24 +23,27 @@ def bind(spec: Spec) -> Spec:
     return spec
 
 
-def bind_all(specs) -> tuple[list[Spec], list[str]]:
-    """The specs that bind, and the problems of those that do not."""
-    bound, problems = [], []
+def bind_all(specs) -> tuple[list[Spec], list[str], list[str]]:
+    """The specs that bind, the problems of those that do not, and what could not be checked here (an import
+    path whose module needs a package this Python lacks: the environment's matter, not the spec's)."""
+    bound, problems, unchecked = [], [], []
     for spec in specs:
-        found = import_problems(spec)
-        problems += found
-        if not found:
+        r = Reader(spec.path)
+        _imports(r, spec, unchecked)
+        problems += r.problems
+        if not r.problems:
             bound.append(spec)
-    return bound, problems
+    return bound, problems, unchecked
 
 
 def import_problems(spec: Spec) -> list[str]:
-    r = Reader(spec.path)
-    _imports(r, spec)
-    return list(r.problems)
+    """Every problem of ``spec``'s import paths, an unchecked one included (a run needs it to import)."""
+    r, unchecked = Reader(spec.path), []
+    _imports(r, spec, unchecked)
+    return list(r.problems) + unchecked
 
 
-def _imports(r: Reader, spec) -> None:
+def _imports(r: Reader, spec, unchecked: list[str]) -> None:
     targets = [("kernel.reference", spec.reference, ())]
     for b in spec.backends.values():
         targets += [(f"backends.{b.name}.impl", b.impl, b.requires)]
@@ -62,9 +65,9 @@ def _imports(r: Reader, spec) -> None:
             if exc.name and not _is_parent(exc.name, module):
                 # The kernel module exists but needs a package this Python lacks: the environment is wrong,
                 # not the spec. Say so, and where to run instead.
-                r.problem(key, f'not checked: importing "{path}" needs module {exc.name!r}, which this Python '
-                               f"({sys.executable}) lacks; run `nox -s validate` or install the project's "
-                               "dependencies")
+                unchecked.append(f'{spec.path}: {key}: not checked: importing "{path}" needs module '
+                                 f"{exc.name!r}, which this Python ({sys.executable}) lacks; run `nox -s validate` "
+                                 "or install the project's dependencies")
             else:
                 r.problem(key, f'cannot import "{path}": no module named {exc.name!r}')
             continue
