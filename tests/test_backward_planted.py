@@ -60,6 +60,26 @@ def test_each_planted_backward_is_caught_by_its_check(spec, backend, check, mess
     assert f"[planted_backward backend={backend} pass=backward(kernel) grads=case dtype=fp32 case=ci:" in text
 
 
+def test_a_forward_that_returns_differentiable_outputs_is_its_own_autograd(spec):
+    """differentiable = true: the forward's impl, called by keyword as the forward is, is checked through autograd."""
+    assert spec.backward.backends["differentiable"].keywords
+    for grads in ("case", "expanded"):
+        outcome = _run(spec, "differentiable", "autograd", grads)
+        assert outcome.checks == ["call", "guards", "numerics", "inputs", "determinism"]
+
+
+@pytest.mark.parametrize("backend, by", [
+    ("grad_in_input", "the forward (called on inputs that require grad, before any backward)"),
+    ("backward_overwrites_saved", "the backward"),
+])
+def test_an_input_overwritten_with_its_gradient_names_the_pass_that_wrote_it(spec, backend, by):
+    with pytest.raises(CheckFailure) as info:
+        _run(spec, backend, "autograd")
+    assert info.value.check == "inputs"
+    assert str(info.value).startswith(f"inputs: x (an input of the forward, saved for the backward) was changed by "
+                                      f"{by} in "), str(info.value)
+
+
 def test_a_waived_backward_determinism_lets_the_atomic_reduction_pass_with_its_reason(spec):
     import dataclasses
 
@@ -79,7 +99,8 @@ def test_the_generated_items_fail_the_planted_backends_and_pass_the_shipped_one(
     out = proc.stdout
     failed = set(re.findall(r"^FAILED \S+::(planted_backward\[bwd-(\w+)-(\w+)-fp32-[^\]]*\])", out, re.M))
     backends = {b for _, b, _ in failed}
-    assert backends == {"drops_last_partial", "ignores_weight", "writes_grad_output", "atomic"}, out[-3000:]
+    assert backends == {"drops_last_partial", "ignores_weight", "writes_grad_output", "atomic", "grad_in_input",
+                        "backward_overwrites_saved"}, out[-3000:]
     assert not any(b == "correct" for _, b, _ in failed)
     # the zero-size item of a planted backend passes (each falls back to the shipped one at 0 rows)
     assert "planted_backward[bwd-atomic-kernel-fp32-tokens=0,hidden=256]" not in {n for n, _, _ in failed}

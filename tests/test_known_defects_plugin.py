@@ -202,6 +202,55 @@ def test_a_defect_of_another_device_leaves_its_items_alone(pytester):
     assert "known defect" not in out and "names no generated item" not in out, out[-3000:]
 
 
+BACKWARD_KERNEL = '''
+
+def twice_differentiable(*, x, out):
+    """2 x through autograd, whose gradient is 3 dy at 7 columns (a planted backward bug)."""
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy * (3 if dy.shape[1] == 7 else 2)
+
+    return Twice.apply(x)
+'''
+BACKWARD_SPEC = """
+[backward]
+inputs = ["x"]
+
+[backward.backends.torch]
+differentiable = true
+"""
+WRONG_GRAD = '''
+[[defect]]
+id = "grad-at-7"
+summary = "the gradient is 3 dy at 7 columns"
+items = ["twice[bwd-torch-*,cols=7]", "twice[bwd-torch-*-fp16-*]"]
+match = '^numerics: grad_x: '
+'''
+
+
+def test_the_backward_items_are_governed_like_the_forward_items(pytester):
+    """A defect names generated backward items (twice[bwd-torch-autograd-...]) as it names forward ones, and a
+    pattern of a dtype the spec does not generate is left alone like a forward one."""
+    _project(pytester.path, WRONG_GRAD)
+    spec = pytester.path / "specs" / "twice.toml"
+    spec.write_text(SPEC.replace("plantedk:twice\"", "plantedk:twice_differentiable\"") + BACKWARD_SPEC)
+    kernel = pytester.path / "plantedk.py"
+    kernel.write_text("import torch\n" + KERNEL + BACKWARD_KERNEL)
+    result = _run(pytester, "specs/twice.toml::twice[bwd-torch-autograd-fp32-rows=5,cols=7]",
+                  "specs/twice.toml::twice[bwd-torch-autograd-fp32-rows=5,cols=33]")
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    assert "XFAIL specs/twice.toml::twice[bwd-torch-autograd-fp32-rows=5,cols=7] - known defect grad-at-7: " \
+           "numerics: grad_x: " in out, out[-3000:]
+    assert "PASSED specs/twice.toml::twice[bwd-torch-autograd-fp32-rows=5,cols=33]" in out, out[-3000:]
+    assert "1 defect(s) run: 1 item(s) found as recorded" in out, out[-3000:]
+
+
 @pytest.mark.parametrize("text,says", [
     (NO_ROWS.replace("why =", "reason ="), "defect[0].reason: unknown key (known: id, summary, why, items,"),
     (NO_ROWS.replace('id = "no-rows"\n', ""), "defect[0]: missing key id"),

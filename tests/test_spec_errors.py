@@ -98,6 +98,21 @@ CASES = [
     ('values = "normal"', 'values = "sqrt(cols)"', "inputs.x.values: expected one of normal, uniform, randint"),
     ('values = "normal"', 'values = "normal(0, uniform(0, 1))"', "inputs.x.values: bad expression"),
     ('values = "normal"', 'values = "uniform(0, sqrt(colz))"', "inputs.x.values: undefined symbol 'colz'"),
+    # [backward]: what is differentiable, and how its backward is called
+    ('[roofline]', '[backward]\ninputs = ["x"]\n[backward.backends.triton]\n[roofline]',
+     "backward.backends.triton: give differentiable = true (the forward's impl returns outputs with a grad_fn)"),
+    ('[roofline]', '[backward]\ninputs = ["x"]\n[backward.backends.triton]\ndifferentiable = true\n'
+                   'autograd = "tests.planted.broken_kernels:scale"\n[roofline]',
+     "backward.backends.triton.autograd: has no place beside differentiable = true"),
+    ('[roofline]', '[backward]\ninputs = ["x"]\n[backward.backends.triton]\ndifferentiable = "yes"\n[roofline]',
+     "backward.backends.triton.differentiable: expected a boolean"),
+    ('[roofline]', '[backward]\ninputs = ["xx"]\n[backward.backends.triton]\ndifferentiable = true\n[roofline]',
+     'backward.inputs[0]: no input "xx" (did you mean \'x\'?)'),
+    ('[roofline]', '[backward]\ninputs = ["x"]\n[backward.backends.cuda]\ndifferentiable = true\n[roofline]',
+     'backward.backends.cuda: no backend "cuda"'),
+    ('[roofline]', '[backward]\ninputs = ["x"]\n[backward.backends.triton]\n'
+                   'kernel = "tests.planted.broken_kernels:scale"\n[roofline]',
+     "backward.saved: required with backward.backends.triton.kernel"),
 ]
 
 

@@ -36,7 +36,7 @@ from harness.correctness.args import (
 )
 from harness.correctness.behaviour import _bitwise_same
 from harness.correctness.checks import CaseContext, Outcome, sync
-from harness.correctness.numerics import mismatch
+from harness.correctness.numerics import bitwise_equal, mismatch
 from harness.correctness.poison import POISON, describe_bits, first_index, pad_pattern, poison, poisoned_mask
 from harness.correctness.registry import CheckFailure
 from harness.spec.backward import grad_name
@@ -135,6 +135,7 @@ class BackwardRun:
         self.pristine_saved = {n: x.clone() for n, x in self.saved.items() if n not in self.args.tensors
                                or any(t.name == n and t.output for t in spec.tensors)}
         self.zero_size = any(x.numel() == 0 for x in self.args.tensors.values())
+        self.changed_by_forward: set[str] = set()  # inputs the autograd forward itself changed
 
     def _saved(self) -> dict:
         """The saved tensors a standalone backward takes: inputs as drawn; an output as the reference computes
@@ -160,8 +161,11 @@ class BackwardRun:
         if self.bctx.mode == "autograd":
             leaves = {n: args.tensors[n].detach().requires_grad_() for n in self.wrt}
             values = {**args.tensors, **leaves, **dict.fromkeys(args.absent), **args.params}
-            value = self.fn(*[values[a] for a in self.impl.args])
+            value = self.impl.call_autograd(self.fn, values)
             outs = autograd_outputs(self.spec, value, args)
+            if args is self.args:  # which pass changed an input, for the inputs check's message
+                self.changed_by_forward = {t.name for t in args.passed(self.spec.inputs) if not bitwise_equal(
+                    args.tensors[t.name], self.pristine.tensors[t.name]).all()}
             for n, o in outs.items():
                 if o.grad_fn is None:
                     raise CheckFailure("autograd", f"outputs.{n} has no grad_fn: backward.backends.{ctx.backend}."
@@ -283,8 +287,10 @@ def _run(bctx: BackwardContext) -> Outcome:
         for n, x in run.args.tensors.items():
             if any(t.name == n and t.output for t in spec.tensors):
                 continue  # the forward's output buffer: the backward never sees it
+            by = ("the forward (called on inputs that require grad, before any backward)"
+                  if n in run.changed_by_forward else "the backward")
             _bitwise_same("inputs", x, run.pristine.tensors[n], f"{n} (an input of the forward, saved for the "
-                          "backward) was changed by the backward in", "of its elements", ("now", "was"))
+                          f"backward) was changed by {by} in", "of its elements", ("now", "was"))
         for n, x in run.pristine_saved.items():
             _bitwise_same("inputs", run.saved[n], x, f"{n} (the forward's output, saved for the backward) was "
                           "changed by the backward in", "of its elements", ("now", "was"))

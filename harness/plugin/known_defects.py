@@ -46,9 +46,9 @@ DEFECT_KEYS = ("id", "summary", "why", "items", "match", "exact", "devices")
 # exists only there). Elsewhere the defect does not own its items, which must then pass.
 DEVICES = ("interpreter", "gpu")
 REQUIRED = ("id", "summary", "items", "match")
-# kernel[backend-dtype-(full-|huge-)...: the part of an item name the run's --kernel/--backend/--dtype/--tier
-# can leave out (only the full and huge tiers name themselves in their items)
-_SCOPE = re.compile(r"^[^\[\]*]+\[[^-\]]*-[^-\]]*-(?:full-|huge-)?")
+# kernel[backend-dtype-(full-|huge-)... or kernel[bwd-backend-mode-dtype-...: the part of an item name the run's
+# --kernel/--backend/--dtype/--tier can leave out (only the full and huge tiers name themselves in their items)
+_SCOPE = re.compile(r"^[^\[\]*]+\[(?:bwd-[^-\]]*-[^-\]]*-|[^-\]]*-)[^-\]]*-(?:full-|huge-)?")
 
 
 def glob(pattern: str) -> re.Pattern:
@@ -150,10 +150,11 @@ def _defect(entry: dict, where: str, before: list[Defect]) -> Defect:
 
 
 def _generated(item) -> bool:
+    from harness.plugin.backward_items import BackwardCaseItem
     from harness.plugin.items import KernelCaseItem
     from harness.plugin.op_items import OpCheckItem
 
-    return isinstance(item, (KernelCaseItem, OpCheckItem))
+    return isinstance(item, (KernelCaseItem, BackwardCaseItem, OpCheckItem))
 
 
 def _first_line(report) -> str:

@@ -12,6 +12,9 @@ autograd = "kernels.rmsnorm_bwd:RMSNormFunction"
 args = ["x", "weight", "eps"]
 kernel = "kernels.rmsnorm_bwd:rmsnorm_bwd"
 
+[backward.backends.liger]                 # or: the forward's impl is itself differentiable
+differentiable = true
+
 [backward.tolerance.weight.bf16]          # one gradient's bound at one dtype
 rtol = 2e-2
 reason = "..."
@@ -84,7 +87,8 @@ def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes)
         if name not in backends:
             r.problem(key, f'no backend "{name}"{did_you_mean(name, list(backends))}: a backward belongs to a '
                            "forward backend (its arch, requires and layouts)")
-        impls[name] = _impl(r, key, name, b, tensors, params, bool(saved))
+        impl = backends[name].impl if name in backends else None
+        impls[name] = _impl(r, key, name, b, tensors, params, bool(saved), impl)
     tolerances = {}
     for name, per_dtype in r.table(t, "tolerance", "backward").items():
         key = f"backward.tolerance.{name}"
@@ -145,16 +149,26 @@ def _roofline(r: Reader, t, tensors: list[Tensor], inputs) -> Roofline | None:
     return roof
 
 
-def _impl(r: Reader, key: str, name: str, b: dict, tensors, params, has_saved: bool) -> BackwardImpl:
-    r.keys(b, ["autograd", "args", "kernel"], key)
+def _impl(r: Reader, key: str, name: str, b: dict, tensors, params, has_saved: bool, forward_impl) -> BackwardImpl:
+    r.keys(b, ["differentiable", "autograd", "args", "kernel"], key)
     paths = {}
     for k in ("autograd", "kernel"):
         value = r.get(b, k, str, key, default=None)
         if value is not None and (value.count(":") != 1 or not all(value.split(":"))):
             r.problem(f"{key}.{k}", f'expected "package.module:attribute", got "{value}"')
         paths[k] = value
-    if not paths["autograd"] and not paths["kernel"]:
-        r.problem(key, "give autograd (a differentiable callable), kernel (a standalone backward) or both")
+    keywords = r.get(b, "differentiable", bool, key, default=False)
+    if keywords:
+        for k in ("autograd", "args"):
+            if k in b:
+                r.problem(f"{key}.{k}", "has no place beside differentiable = true: the forward's impl is the "
+                                        "differentiable callable, called as the forward is")
+        paths["autograd"] = forward_impl
+    # a mistyped flag, or an unknown backend (said above), is its own problem
+    said = ("differentiable" in b and not isinstance(b["differentiable"], bool)) or (keywords and not forward_impl)
+    if not paths["autograd"] and not paths["kernel"] and not said:
+        r.problem(key, "give differentiable = true (the forward's impl returns outputs with a grad_fn), autograd "
+                       "(a differentiable callable), kernel (a standalone backward) or both")
     if paths["kernel"] and not has_saved:
         r.problem("backward.saved", f"required with {key}.kernel: the forward's tensors the backward takes")
     known = [x.name for x in tensors if not x.output] + list(params)
@@ -164,4 +178,4 @@ def _impl(r: Reader, key: str, name: str, b: dict, tensors, params, has_saved: b
     for i, a in enumerate(args):
         if a not in known:
             r.problem(f"{key}.args[{i}]", f'no input or param "{a}"{did_you_mean(a, known)}')
-    return BackwardImpl(name, paths["autograd"], tuple(args), paths["kernel"])
+    return BackwardImpl(name, paths["autograd"], () if keywords else tuple(args), paths["kernel"], keywords)

@@ -227,6 +227,14 @@ class BackwardImpl:
     autograd: str | None = None       # "module:attr": an autograd.Function (called through apply) or a callable
     args: tuple[str, ...] = ()        # autograd's positional arguments, inputs and params by name
     kernel: str | None = None         # "module:attr": destination-passing, saved tensors and grads by keyword
+    # differentiable = true: autograd is the forward backend's impl itself, called as the forward is (keywords,
+    # output buffers included), whose returned outputs carry a grad_fn: an adopter's wrapper of its library's
+    # autograd.Function serves both passes
+    keywords: bool = False
+
+    def call_autograd(self, fn, values: dict):
+        """``fn`` (the resolved autograd) on ``values`` (the forward's keywords by name, the leaves in place)."""
+        return fn(**values) if self.keywords else fn(*[values.get(a) for a in self.args])
 
 
 @dataclass(frozen=True)

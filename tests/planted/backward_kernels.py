@@ -12,6 +12,14 @@ catches each). Each takes rmsnorm_bwd's keywords and reuses the shipped kernels,
   programs happen to run, which on a GPU changes from launch to launch: each dweight right to rounding, two
   runs apart in their last bits. The interpreter runs programs in program-id order, so here each call takes its
   order from a call counter (a rotation), standing in for the hardware's scheduling.
+
+And three forwards whose outputs carry a grad_fn, called as the forward is (``differentiable = true``): an
+adopter's wrapper of its library's autograd.Function, with the keywords of kernels/rmsnorm.py:
+
+- ``rmsnorm_differentiable``: right (RMSNormFunction through a keyword wrapper);
+- ``rmsnorm_grad_in_input``: the forward stores dx into x when x requires grad, Liger's cross-entropy trick: the
+  gradients are right and the caller's x is gone before any backward runs;
+- ``rmsnorm_backward_overwrites_saved``: the backward writes dx into the saved x, Liger's SwiGLU trick.
 """
 
 from __future__ import annotations
@@ -69,3 +77,57 @@ def rmsnorm_bwd_atomic(*, x, weight, grad_out, grad_x, grad_weight, eps, config=
     # BUG: floating-point addition does not commute with the order the adds land in
     _atomic_sum_kernel[(programs,)](partials, order, acc, n_cols, BLOCK_N=min(triton.next_power_of_2(n_cols), 1024))
     grad_weight.copy_(acc)
+
+
+def rmsnorm_differentiable(*, x, weight, out, eps):
+    from kernels.rmsnorm_bwd import RMSNormFunction
+
+    return RMSNormFunction.apply(x, weight, eps)
+
+
+def _rms(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def _grads(x, weight, eps, dy):
+    """The right gradients, by autograd on the values the caller passed."""
+    with torch.enable_grad():
+        xx, ww = x.detach().requires_grad_(), weight.detach().requires_grad_()
+        return torch.autograd.grad(_rms(xx, ww, eps), (xx, ww), dy)
+
+
+class _GradInInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.kept = (x.clone(), weight.clone(), eps)  # the right gradients come from these: only the write is wrong
+        y = _rms(x, weight, eps)
+        if x.requires_grad:
+            x.detach().copy_(_grads(x, weight, eps, torch.ones_like(y))[0])  # BUG: dx kept in the caller's x
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (*_grads(*ctx.kept, dy), None)
+
+
+class _OverwritesSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return _rms(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dx, dw = _grads(x, weight, ctx.eps, dy)
+        x.copy_(dx)  # BUG: dx written into the saved x, the caller's tensor
+        return x, dw, None
+
+
+def rmsnorm_grad_in_input(*, x, weight, out, eps):
+    return _GradInInput.apply(x, weight, eps)
+
+
+def rmsnorm_backward_overwrites_saved(*, x, weight, out, eps):
+    return _OverwritesSaved.apply(x, weight, eps)
