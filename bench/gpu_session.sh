@@ -13,9 +13,11 @@
 #             harness's own tests that need a GPU (the planted clock-fooling launchers among them)
 #   clock     a bench of three kernels (the timed calls re-checked), then bench/clock_prs.sh: the gate's A/A run
 #             and the two pull requests that fooled the clock (result replay, a side stream)
+#   backward  issue 25: the backward items of BWD_KERNELS at the full tier, then BENCH_KERNELS in fwd, bwd and
+#             full mode beside Liger and torch.compile (liger-kernel from .whl/, carried)
 #   liger     examples/liger on the GPU (liger-kernel from .whl/, carried: ../shared/device/fetch-wheels.sh
 #             liger-kernel==0.8.5): its generated tests at the full tier, its benchmark, its sm_90 matrix;
-#             commit what comes back under reports/h200-liger/
+#             commit what comes back under reports/h200-liger/ (LIGER_STEPS, LIGER_K, LIGER_MODES: below)
 #   int4      reports/h200/experiments/int4/gemv/int4_gemv_sweep.py: the decode GEMV experiment at M = 1
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -26,6 +28,14 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,utilization.gpu --format=csv \
   | tee "$OUT/nvidia-smi.txt"
+# liger-kernel from the carried wheel (../shared/device/fetch-wheels.sh liger-kernel==0.8.5), on PYTHONPATH
+liger_site() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
+    || { echo "liger: no .whl/liger_kernel-*.whl carried"; exit 1; }
+  export PYTHONPATH=/tmp/site
+  python3 -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
+    | tee "$OUT/liger-version.txt"
+}
 what=$1; shift
 case "$what" in
   checks)
@@ -103,26 +113,43 @@ case "$what" in
   profile)
     bash bench/profile_gpu.sh "$@"
     ;;
+  backward)
+    # Issue 25: the backward items of the kernels with [backward] at the full tier, then their benchmark in every
+    # mode (fwd, bwd, full; peak memory), beside Liger's backward and torch.compile's (liger-kernel from .whl/)
+    liger_site
+    start=$SECONDS
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider -k bwd \
+      --kernel "${BWD_KERNELS:-rmsnorm,layernorm,silu_and_mul,softmax}" --junitxml "$OUT/pytest-full-bwd.xml" 2>&1 \
+      | tee "$OUT/pytest-full-bwd.log" | grep -vE '^[.sF]+( |$)' | tail -25
+    echo "full tier (backward items) wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-bwd.log"
+    start=$SECONDS
+    timeout "${BENCH_TIMEOUT:-300}" python3 -m harness bench --kernel "${BENCH_KERNELS:-rmsnorm,layernorm}" \
+      --mode fwd,bwd,full --timeout 8 --out "$OUT/bench-bwd" "$@" 2>&1 | tee "$OUT/bench-bwd.log" | tail -12
+    echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench-bwd.log"
+    tar -czf "$OUT/bench-bwd.tgz" -C "$OUT" bench-bwd && rm -rf "$OUT/bench-bwd"
+    ;;
   liger)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
-      || { echo "liger: no .whl/liger_kernel-*.whl carried"; exit 1; }
-    export PYTHONPATH=/tmp/site
-    python3 -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
-      | tee "$OUT/liger-version.txt"
+    liger_site
     cd examples/liger || exit 1
     # LIGER_STEPS picks the steps, so that one device call's time limit can hold them: tests bench matrix
     for step in ${LIGER_STEPS:-tests bench matrix}; do
       start=$SECONDS
       case "$step" in
         tests)
+          # LIGER_K: a -k expression (bwd: the backward items alone), and the files are named after it
+          log="pytest-full${LIGER_K:+-$LIGER_K}"
           timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -rxfE -p no:cacheprovider --tier full \
-            --junitxml "$OUT/pytest-full.xml" 2>&1 | tee "$OUT/pytest-full.log" | grep -vE '^[.sxXF]+( |$)' | tail -40
-          echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full.log" ;;
+            ${LIGER_K:+-k "$LIGER_K"} --junitxml "$OUT/$log.xml" 2>&1 | tee "$OUT/$log.log" \
+            | grep -vE '^[.sxXF]+( |$)' | tail -40
+          echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/$log.log" ;;
         bench)
-          timeout "${BENCH_TIMEOUT:-240}" python3 -m harness bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -30
-          echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
+          # LIGER_MODES: the modes to time (bwd,full), the files named after them; LIGER_BENCH: more arguments
+          bench="bench${LIGER_MODES:+-$LIGER_MODES}"
+          timeout "${BENCH_TIMEOUT:-240}" python3 -m harness bench ${LIGER_MODES:+--mode "$LIGER_MODES"} \
+            ${LIGER_BENCH:-} --out "$OUT/$bench" 2>&1 | tee "$OUT/$bench.log" | tail -30
+          echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/$bench.log"
           # one archive: the device tool brings back a limited count of files, and the plots come first
-          tar -czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench" ;;
+          tar -czf "$OUT/$bench.tgz" -C "$OUT" "$bench" && rm -rf "$OUT/${bench:?}" ;;
         matrix)
           timeout 120 python3 -m harness matrix --arch sm_90 --out "$OUT/matrix.json" > "$OUT/matrix.log" 2>&1
           echo "matrix: exit $?, $((SECONDS - start)) s"; tail -3 "$OUT/matrix.log" ;;

@@ -147,6 +147,15 @@ def layernorm_torch(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias if has_bias else None, eps)
 
 
+def layernorm_liger(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+                    eps: float, has_bias: bool) -> torch.Tensor:
+    """Liger-Kernel 0.8's LayerNorm (LigerLayerNormFunction), returning Liger's own output. Liger's kernel
+    always reads a bias: a caller without one passes zeros, and pays for its dbias in the backward."""
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return LigerLayerNormFunction.apply(x, weight, bias if has_bias else torch.zeros_like(weight), eps)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Backward. With xhat = (x - mean) * rstd and g = dy * w:
 #     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))     (means over the row)

@@ -143,6 +143,14 @@ def softmax(*, x, out, config: SoftmaxConfig | None = None) -> None:
     )  # fmt: skip
 
 
+def softmax_liger(*, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Liger-Kernel 0.8's softmax (LigerSoftmaxFunction, contiguous inputs: its ensure_contiguous copies any
+    other), returning Liger's own output."""
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return LigerSoftmaxFunction.apply(x)
+
+
 def softmax_ref(*, x, out) -> None:
     """Plain torch: compute in promote(dtype, fp32), write in the dtype of `out`.
 

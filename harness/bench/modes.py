@@ -5,7 +5,7 @@
 - ``full``: forward and backward in one timed call, what a training step pays.
 
 A spec without ``[backward]`` has fwd only. A provider has a backward when it is the reference (eager autograd
-through it), torch.compile of the reference (forward and backward compiled), or a backend that
+through it), torch.compile of the reference (forward and backward compiled), or a backend or peer that
 ``[backward.backends.<name>]`` declares; any other is left out of bwd and full, with the reason listed.
 """
 
@@ -35,11 +35,10 @@ def no_backward(spec: Spec, provider, mode: str) -> str:
     """Why ``provider`` (harness.target.providers.Provider) has no ``mode`` pass; '' when it has one."""
     if mode == "fwd" or provider.name in ("reference", "torch.compile"):
         return ""
-    impl = spec.backward.backends.get(provider.name) if provider.backend != "peer" else None
+    impl = spec.backward.backends.get(provider.name)
     if impl is None:
         kind = "peer" if provider.backend == "peer" else "backend"
-        return (f"{kind} {provider.name} has no backward: [backward.backends.{provider.name}] declares none"
-                if kind == "backend" else f"peer {provider.name} has no backward the spec declares")
+        return f"{kind} {provider.name} has no backward: [backward.backends.{provider.name}] declares none"
     if mode == "full" and not impl.autograd:
         return (f"backend {provider.name} declares only a standalone backward (kernel): full times a "
                 "differentiable forward and its backward in one call, which needs autograd")

@@ -12,8 +12,8 @@ autograd = "kernels.rmsnorm_bwd:RMSNormFunction"
 args = ["x", "weight", "eps"]
 kernel = "kernels.rmsnorm_bwd:rmsnorm_bwd"
 
-[backward.backends.liger]                 # or: the forward's impl is itself differentiable
-differentiable = true
+[backward.backends.liger]                 # or: the forward's impl (a backend's or a peer's) is itself
+differentiable = true                     # differentiable, called as the forward is
 
 [backward.tolerance.weight.bf16]          # one gradient's bound at one dtype
 rtol = 2e-2
@@ -46,7 +46,7 @@ def grad_name(tensor: str) -> str:
     return f"grad_{tensor}"
 
 
-def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes) -> Backward | None:
+def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes, peers=None) -> Backward | None:
     if not isinstance(t, dict):
         r.problem("backward", f"expected a table, got {describe(t)}")
         return None
@@ -84,10 +84,14 @@ def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes)
         if not isinstance(b, dict):
             r.problem(key, f"expected a table, got {describe(b)}")
             continue
-        if name not in backends:
-            r.problem(key, f'no backend "{name}"{did_you_mean(name, list(backends))}: a backward belongs to a '
-                           "forward backend (its arch, requires and layouts)")
-        impl = backends[name].impl if name in backends else None
+        peer = (peers or {}).get(name)
+        if name not in backends and peer is None:
+            r.problem(key, f'no backend "{name}"{did_you_mean(name, list(backends) + list(peers or ()))}: a '
+                           "backward belongs to a forward backend (its arch, requires and layouts) or a peer")
+        elif peer is not None and set(b) != {"differentiable"}:
+            r.problem(key, f'"{name}" is a peer: its backward is its impl\'s autograd (differentiable = true) and '
+                           "nothing else; a peer is timed, not tested")
+        impl = backends[name].impl if name in backends else peer.impl if peer is not None else None
         impls[name] = _impl(r, key, name, b, tensors, params, bool(saved), impl)
     tolerances = {}
     for name, per_dtype in r.table(t, "tolerance", "backward").items():

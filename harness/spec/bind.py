@@ -52,7 +52,7 @@ def _imports(r: Reader, spec, unchecked: list[str]) -> None:
     targets += [("kernel.op", spec.op, ())] if spec.op else []
     targets += [("kernel.oracle", spec.oracle, ())] if spec.oracle else []
     for b in (spec.backward.backends.values() if spec.backward else ()):
-        requires = spec.backends[b.backend].requires
+        requires = (spec.backends[b.backend] if b.backend in spec.backends else spec.peers[b.backend]).requires
         targets += [(f"backward.backends.{b.backend}.{k}", getattr(b, k), requires) for k in ("autograd", "kernel")
                     if getattr(b, k)]
     for key, path, requires in targets:

@@ -163,7 +163,8 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         return None
     from harness.spec.backward import read_backward
 
-    backward = read_backward(r, raw["backward"], tensors, params, backends, dtypes) if "backward" in raw else None
+    backward = (read_backward(r, raw["backward"], tensors, params, backends, dtypes, peers) if "backward" in raw
+                else None)
     return Spec(
         path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
         reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
