@@ -73,8 +73,8 @@ class BackwardPass:
             torch.cuda.synchronize()
 
     def _values(self, leaves: dict) -> dict:
-        return {**{n: self.args.tensors[n] for n in self.inputs}, **leaves, **dict.fromkeys(self.args.absent),
-                **self.args.params}
+        absent = {t.name: None for t in self.spec.inputs if t.name in self.args.absent}  # not a gradient's name
+        return {**{n: self.args.tensors[n] for n in self.inputs}, **leaves, **absent, **self.args.params}
 
     def _forward(self) -> dict:
         value = self.forward(**self._values(self.leaves))

@@ -82,7 +82,8 @@ class ProbedCheck:
         returned = returned_outputs(c.spec, c.value, c.args.absent)
         for t in c.args.passed(c.spec.written):
             got = returned.get(t.name, c.args.tensors[t.name])
-            problem = mismatch(got, self.fresh_ref[t.name], c.spec.tolerance(c.dtype, t.name, c.case))
+            problem = mismatch(got, self.fresh_ref[t.name], c.spec.tolerance(c.dtype, t.name, c.case),
+                               atol_floor=c.spec.atol_floor)
             if problem:
                 raise CheckFailure("timed outputs", f"{t.name}: a timed call whose inputs got new values (the same "
                                                     f"buffers, written before the call) does not match their "

@@ -145,7 +145,7 @@ class TimedCheck:
         return timed
 
     def before(self) -> None:
-        for t in self.spec.outputs:
+        for t in self.args.passed(self.spec.outputs):  # a grad spec's gradient of an absent input is absent
             poison.poison(self.args.tensors[t.name], 0)
 
     def verify(self) -> None:
@@ -154,7 +154,8 @@ class TimedCheck:
             if t.inplace and (t.name not in returned or _aliases(returned[t.name], self.args.tensors[t.name])):
                 continue  # an in-place input holds the result of every call so far, not of one
             got = returned.get(t.name, self.args.tensors[t.name])
-            problem = mismatch(got, self.ref[t.name], self.spec.tolerance(self.dtype, t.name, self.case))
+            problem = mismatch(got, self.ref[t.name], self.spec.tolerance(self.dtype, t.name, self.case),
+                               atol_floor=self.spec.atol_floor)
             if problem:
                 raise CheckFailure("timed outputs", f"{t.name}: a timed call's outputs do not match the reference "
                                                     f"(poisoned before each call; checked after the 1st, 2nd, "

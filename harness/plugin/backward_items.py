@@ -78,7 +78,7 @@ class BackwardCaseItem(pytest.Item):
         if self.case.tier == "huge":
             from harness.correctness.memory import huge_case_fits
 
-            if reason := huge_case_fits(self.spec, self.case, self.dtype, self.device):
+            if reason := huge_case_fits(self.spec, self.case, self.dtype, self.device, backward=True):
                 pytest.skip(reason)
         bctx = self._context()
         try:
@@ -90,6 +90,11 @@ class BackwardCaseItem(pytest.Item):
 
             error = KernelError(f"{type(exc).__name__}: {exc}\n{bctx.describe()}",
                                 tuple(traceback.extract_tb(exc.__traceback__)))
+        finally:  # the allocator's cache back to the device: a huge case's check reads the free memory
+            if self.device.is_gpu:
+                import torch
+
+                torch.cuda.empty_cache()
         if error is not None:
             raise error
         self.user_properties.append(("checks", ",".join(outcome.checks)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from harness.spec import expr as ex
 
@@ -260,6 +261,8 @@ class Backward:
 
 @dataclass(frozen=True)
 class Spec:
+    # the normwise floor of gradients (harness.correctness.numerics.mismatch): True for a backward's grad spec
+    atol_floor: ClassVar[bool] = False
     path: str
     name: str
     summary: str
