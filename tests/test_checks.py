@@ -158,6 +158,21 @@ def test_zero_reference_rows_and_matching_non_finite_values_are_left_alone():
     assert mismatch(got, expected, Tolerance(1.3e-6, 1e-5)).endswith("first bad index (2, 0): got -inf, expected inf")
 
 
+def test_a_reference_past_the_result_dtypes_range_expects_its_infinity():
+    """An fp16 sum of half a million broadcast grad outputs is -972015 in fp32 and -inf in fp16 (the H200's
+    layernorm dbias): the kernel's -inf is right, a finite value there is wrong, and a -inf where the reference
+    fits the range is still caught."""
+    expected = torch.tensor([[-972015.0, 3.0, 70000.0]], dtype=torch.float64)
+    got = torch.tensor([[-math.inf, 3.0, math.inf]], dtype=torch.float16)
+    assert mismatch(got, expected, Tolerance(1e-3, 1e-5)) is None
+    finite = got.clone()
+    finite[0, 0] = -65504.0
+    assert "first bad index (0, 0): got -65504, expected -inf" in mismatch(finite, expected, Tolerance(1e-3, 1e-5))
+    wrong = got.clone()
+    wrong[0, 1] = math.inf
+    assert mismatch(wrong, expected, Tolerance(1e-3, 1e-5)) is not None
+
+
 # --- poison and guards ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS + (torch.bool,))

@@ -19,6 +19,8 @@ truncating conversion, as the Triton interpreter's bf16 one, a whole one) plus a
 rounding; 16 eps for fp32 and fp64, whose error is the computation's own (reductions over 2**18 terms,
 hardware exp and division approximations of about 2 ulp).
 
+A reference value beyond the result dtype's range is taken as that dtype's rounding of it, an infinity.
+
 A tolerance may give its bounds as expressions over the case's symbols (``atol = "1e-6 * K"``: a GEMM's
 fp32 accumulation error grows with the reduction length); they are evaluated for the case being checked.
 """
@@ -84,10 +86,24 @@ def mismatch(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance, atol_flo
     ``atol_floor``: the normwise bound's floor also takes ``sqrt(n) * atol``, for gradients: a gradient row that
     is zero in exact arithmetic (RMSNorm's dx over one column) holds rounding noise only, which the relative
     bound would judge against itself."""
+    expected = _overflowed(got, expected)
     if _within(got, expected, tol):
         return None
     return _elementwise(got, expected, tol) or (_normwise(got, expected, tol, atol_floor)
                                                 if got.dtype.is_floating_point else None)
+
+
+def _overflowed(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """``expected`` with each value past the result dtype's range as that dtype rounds it, +-inf: the right result
+    there is an infinity (an fp16 sum of half a million broadcast grad outputs), which a finite reference would
+    call an error."""
+    if not got.dtype.is_floating_point or expected.numel() == 0 or not expected.dtype.is_floating_point:
+        return expected
+    lo, hi = torch.aminmax(expected)  # without a full-size temporary: the common case costs one pass
+    if max(-float(lo), float(hi)) <= torch.finfo(got.dtype).max:  # False for a NaN or an inf: the exact way
+        return expected
+    rounded = expected.to(got.dtype)
+    return torch.where(torch.isinf(rounded) & torch.isfinite(expected), rounded.to(expected.dtype), expected)
 
 
 def _rows(got: torch.Tensor, expected: torch.Tensor):
