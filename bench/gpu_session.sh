@@ -32,6 +32,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,u
 liger_site() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
     || { echo "liger: no .whl/liger_kernel-*.whl carried"; exit 1; }
+  # pytest-xdist where carried (fetch-wheels.sh pytest-xdist==3.8.0 execnet): LIGER_WORKERS spreads the tests
+  ls .whl/pytest_xdist-*.whl .whl/execnet-*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps \
+    --no-compile --target /tmp/site .whl/pytest_xdist-*.whl .whl/execnet-*.whl
   export PYTHONPATH=/tmp/site
   python3 -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
     | tee "$OUT/liger-version.txt"
@@ -142,7 +145,7 @@ case "$what" in
           # LIGER_K: a -k expression (bwd: the backward items alone), and the files are named after it
           log="pytest-full${LIGER_K:+-$LIGER_K}"
           timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -rxfE -p no:cacheprovider --tier full \
-            ${LIGER_K:+-k "$LIGER_K"} --junitxml "$OUT/$log.xml" 2>&1 | tee "$OUT/$log.log" \
+            ${LIGER_K:+-k "$LIGER_K"} ${LIGER_WORKERS:+-n "$LIGER_WORKERS"} --junitxml "$OUT/$log.xml" 2>&1 | tee "$OUT/$log.log" \
             | grep -vE '^[.sxXF]+( |$)' | tail -40
           echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/$log.log" ;;
         bench)
