@@ -163,3 +163,51 @@ def test_gate_flags_a_pr_time_beyond_the_roofline(tmp_path):
     assert record(d, spec, ceilings, judge_plausible=False).verdict == "FASTER"  # warm or host timing: no judgement
     honest = record({**d, "pr_median_us": 0.05, "pr_blocks_us": [[0.05] * 10] * 10}, spec, ceilings, True)
     assert honest.verdict == "FASTER" and honest.pr_pct_roofline < 100
+
+
+BACKWARD = '''
+[backward]
+inputs = ["x", "w"]
+
+[backward.backends.fast]
+differentiable = true
+'''
+RETURNING = TINY.replace("def scale_fast(*, x, w, out):\n    out.copy_(x * w * FACTOR)",
+                         "def scale_fast(*, x, w, out):\n    return x * w * FACTOR  # its own output, with a grad_fn")
+
+
+@pytest.fixture
+def backward_repo(tmp_path) -> Path:
+    """tiny with a backward: its peer ``fast`` returns a differentiable output (differentiable = true)."""
+    repo = tmp_path / "bwd-repo"
+    rule = '\n[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n'
+    for rel, text in {**TINY_FILES, "kernels/tiny.py": RETURNING,
+                      "specs/tiny.toml": tiny_spec(extra=rule + BACKWARD)}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "tiny with a backward")
+    return repo
+
+
+def test_the_gate_times_and_judges_the_backward_as_rows_of_their_own(backward_repo, tmp_path):
+    """--mode fwd,bwd: each case's forward and backward are compared apart; a pull request whose forward is
+    right and whose gradient is wrong (w detached: no dw) is WRONG in its bwd row only. fp32: eager bf16 sums dw
+    over the rows in bf16, outside the bf16 bound (an A/A run said so)."""
+    out = tmp_path / "aa-bwd"
+    done = _against(backward_repo, out, "--mode", "fwd,bwd", "--provider", "fast", "--dtype", "fp32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [c for c in json.loads((out / "compare.json").read_text())["comparison"]["cases"] if c["metric"] == "device"]
+    assert sorted(c["mode"] for c in rows) == ["bwd", "fwd"]
+    assert all(c["verdict"] in ("SAME", "INCONCLUSIVE") for c in rows), rows
+    assert "| bwd |" in (out / "compare.md").read_text()
+    (backward_repo / "kernels" / "tiny.py").write_text(RETURNING.replace("return x * w * FACTOR",
+                                                                         "return x * w.detach() * FACTOR"))
+    out = tmp_path / "wrong-bwd"
+    done = _against(backward_repo, out, "--mode", "fwd,bwd", "--provider", "fast", "--dtype", "fp32")
+    assert done.returncode == 1, done.stderr[-3000:]
+    rows = {c["mode"]: c for c in json.loads((out / "compare.json").read_text())["comparison"]["cases"]
+            if c["metric"] == "device"}
+    assert rows["fwd"]["verdict"] in ("SAME", "INCONCLUSIVE"), rows["fwd"]
+    assert rows["bwd"]["verdict"] == "WRONG" and "grad_w" in rows["bwd"]["reason"], rows["bwd"]

@@ -20,6 +20,17 @@ MODES = ("fwd", "bwd", "full")
 BACKWARD_MODES = ("bwd", "full")
 
 
+def parse_modes(given) -> tuple[str, ...]:
+    """``--mode``'s values (repeatable, comma lists), each one of MODES; a bad one is BadInput."""
+    from harness.steps import BadInput, comma_list
+
+    modes = comma_list(given)
+    for m in modes:
+        if m not in MODES:
+            raise BadInput(f"--mode {m}: expected one of {', '.join(MODES)}")
+    return modes
+
+
 def spec_modes(spec: Spec, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The modes a spec is benchmarked in: those asked for (``--mode``), else every one it supports."""
     supported = MODES if spec.backward is not None else ("fwd",)

@@ -39,6 +39,7 @@ def cmd_compare(args) -> int:
 
 def cmd_against(args) -> int:
     """``bench --against REF``: its options are bench's (harness.cli.bench)."""
+    from harness.bench.modes import parse_modes
     from harness.gate.workflow import AgainstOptions, run_against
 
     return _report(run_against(AgainstOptions(
@@ -47,7 +48,8 @@ def cmd_against(args) -> int:
         timeout=args.timeout, warm=args.warm, method=args.method, blocks=getattr(args, "blocks", None),
         samples=getattr(args, "samples", None), noise=getattr(args, "noise", None),
         refresh_ceilings=bool(getattr(args, "refresh_ceilings", False)), isolate=args.isolate,
-        candidate=getattr(args, "candidate", None), accept_policy=getattr(args, "accept_policy", None)),
+        candidate=getattr(args, "candidate", None), accept_policy=getattr(args, "accept_policy", None),
+        modes=parse_modes(getattr(args, "mode", ()))),
         trace=_trace()))
 
 

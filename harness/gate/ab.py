@@ -24,7 +24,7 @@ from harness.gate.model import IN_PROCESS, CaseComparison, Comparison, Threshold
 
 @dataclass(frozen=True)
 class ABPlan:
-    pairs: tuple                   # (pr spec, base spec, case id, dtype) per case to compare
+    pairs: tuple                   # (pr spec, base spec, case id, dtype, mode) per case to compare
     new_kernels: tuple[str, ...]
     removed_kernels: tuple[str, ...]
     unmatched: tuple[str, ...]
@@ -46,8 +46,12 @@ def load_base_specs(base: BaseTree, names=None) -> tuple[dict, list[str]]:
     return specs, problems
 
 
-def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_problems=()) -> ABPlan:
-    """Kernels on both sides, then their bench cases (by id) and dtypes on both sides."""
+def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_problems=(),
+               modes: tuple[str, ...] = ()) -> ABPlan:
+    """Kernels on both sides, then their bench cases (by id), dtypes and modes (those asked for, else every one
+    both sides support: harness.bench.modes) on both sides."""
+    from harness.bench.modes import spec_modes
+
     broken = {line.split(":", 1)[0] for line in base_problems}
     pairs, unmatched = [], list(base_problems)
     for name in sorted(set(pr_specs) & set(base_specs)):
@@ -56,12 +60,15 @@ def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_p
         pr_ids = {c.id for c in pr.cases["bench"]}
         unmatched += [f"{name} {i}: only in the PR" for i in sorted(pr_ids - base_ids)]
         unmatched += [f"{name} {i}: only in the base" for i in sorted(base_ids - pr_ids)]
+        both = [m for m in spec_modes(pr, modes) if m in spec_modes(base, modes)]
+        unmatched += [f"{name} {m}: only the {'PR' if m in spec_modes(pr, modes) else 'base'} declares [backward]"
+                      for m in dict.fromkeys(spec_modes(pr, modes) + spec_modes(base, modes)) if m not in both]
         wanted = [d for d in pr.dtypes if not dtypes or d in dtypes]
         for dtype in wanted:
             if dtype not in base.dtypes:
                 unmatched.append(f"{name} {dtype}: the base does not declare this dtype")
                 continue
-            pairs += [(pr, base, c.id, dtype) for c in pr.cases["bench"] if c.id in base_ids]
+            pairs += [(pr, base, c.id, dtype, m) for c in pr.cases["bench"] if c.id in base_ids for m in both]
     return ABPlan(tuple(pairs), tuple(sorted(set(pr_specs) - set(base_specs) - broken)),
                   tuple(sorted(set(base_specs) - set(pr_specs))), tuple(unmatched))
 
@@ -76,17 +83,19 @@ def case_tasks(plan: ABPlan, roots, *, seed: int, provider: str | None, blocks: 
     from harness.workers.pool import Task
 
     tasks = []
-    for pr, base_spec, case_id, dtype in plan.pairs:
+    for pr, base_spec, case_id, dtype, mode in plan.pairs:
         case = next(c for c in pr.cases["bench"] if c.id == case_id)
         rule = for_spec(default, pr if pr_policy else base_spec)
         kwargs = dict(pr_spec_path=str(pr.path), base_spec_path=str(base_spec.path), roots=list(roots),
                       case_id=case_id, dtype=dtype, seed=case_seed(pr, dtype, case, seed), provider=provider,
                       blocks=dataclasses.asdict(blocks), threshold=dataclasses.asdict(rule),
-                      noise=noise.get((pr.name, case_id, dtype)), confidence=confidence, pr_policy=pr_policy,
-                      expected=expected, host_threshold=dataclasses.asdict(host) if host else None)
+                      noise=noise.get((pr.name, case_id, dtype) + (() if mode == "fwd" else (mode,))),
+                      confidence=confidence, pr_policy=pr_policy, expected=expected,
+                      host_threshold=dataclasses.asdict(host) if host else None, mode=mode)
         # Both sides' own time limits, the sampling budgets, and the warm-up and checks of two providers.
         limit = pr.timeout_s + base_spec.timeout_s + blocks.budget_s + blocks.host_budget_s + warmup_s
-        tasks.append(Task("harness.gate.abcase:run_ab_case", kwargs, f"{pr.name} {dtype} {case_id}", limit))
+        label = f"{pr.name} {dtype} {case_id}" + ("" if mode == "fwd" else f" {mode}")
+        tasks.append(Task("harness.gate.abcase:run_ab_case", kwargs, label, limit))
     return tasks
 
 
@@ -94,6 +103,7 @@ def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseCompar
     """A task's dict as a record, with each side's % of roofline from ``spec``'s model (the base's, unless the
     pull request's policy was accepted); with ``judge_plausible`` (cold GPU timing), a PR time that cannot be
     physical, beyond its median's 95% interval, makes the case WRONG."""
+    from harness.bench.modes import mode_spec
     from harness.bench.roofline import implausible, roofline
     from harness.correctness.args import full_env
     from harness.timing.stats import summarize
@@ -101,6 +111,7 @@ def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseCompar
     d = {k: v for k, v in d.items() if k not in ("method", "host")}
     case = next(c for c in spec.cases["bench"] if c.id == d["case_id"])
     env = full_env(spec, case, d["dtype"])
+    spec = mode_spec(spec, d.get("mode", "fwd"))  # a bwd or full row's % of roofline is its own pass's
     pct = {}
     for side in ("base", "pr"):
         median = d[f"{side}_median_us"]

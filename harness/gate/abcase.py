@@ -113,16 +113,20 @@ def _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype: str) -> bool:
 
 def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id: str, dtype: str, seed: int,
                 provider: str | None, blocks: dict, threshold: dict, noise: float | None, confidence: float,
-                pr_policy: bool = False, expected: dict | None = None, host_threshold: dict | None = None) -> dict:
+                pr_policy: bool = False, expected: dict | None = None, host_threshold: dict | None = None,
+                mode: str = "fwd") -> dict:
     """The comparison of one bench case, as a dict of CaseComparison fields without the roofline ones.
     ``roots``: the module roots of the materialized trees (kh_base_<sha>, kh_pr_<sha>); ``pr_policy``: judge the
     PR side by its own spec's policy (accepted), else by the base's; ``expected``: the deciding process's
     harness.gate.integrity.fingerprints; ``host_threshold``: the rule for host time per call (a "host" entry
-    of the result, judged after the device time; None: host time is not judged)."""
+    of the result, judged after the device time; None: host time is not judged); ``mode``: the pass timed
+    (harness.bench.modes), a bwd or full case timed and re-checked as ``bench --mode`` does it."""
     for root in roots:
         if root not in sys.path:
             sys.path.append(root)
+    from harness.bench.backward import backward_job
     from harness.bench.dispatch import gpu_identity
+    from harness.bench.modes import no_backward
     from harness.bench.plan import Job
     from harness.bench.run import timed_check, verify
     from harness.correctness.args import make_args
@@ -140,12 +144,13 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
                verdict="NOT-COMPARED", reason="", base_provider="", pr_provider="", base_median_us=None,
                pr_median_us=None, ratio=None, ratio_lo=None, ratio_hi=None, effect=None, threshold=threshold,
                noise=noise, base_spread=None, pr_spread=None, blocks=0, stop="", dropped=0, gpu_index=index,
-               gpu_uuid=uuid, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[])
+               gpu_uuid=uuid, wall_s=0.0, base_blocks_us=[], pr_blocks_us=[], mode=mode)
     tampered = _tripwire(expected, "before this case's kernels were imported", "PR")
     if tampered:
         return {**out, "verdict": "WRONG", "reason": tampered}
     judged = {"PR": pr_spec if pr_policy else effective(pr_spec, base_spec), "base": base_spec}
     fns, jobs, refs = {}, {}, {"PR": ReferenceCache(), "base": ReferenceCache()}
+    checks = {}  # a bwd or full side's re-check, made with its timed call (harness.bench.backward)
     for side, spec, case in (("PR", pr_spec, pr_case), ("base", base_spec, base_case)):
         failing = "WRONG" if side == "PR" else "ERROR"
         try:
@@ -157,8 +162,13 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             tampered = _tripwire(expected, f"when its {prov.name} was imported", side)
             if tampered:
                 return {**out, "verdict": failing, "reason": tampered}
-            jobs[side] = Job(judged[side], case, dtype, prov)
-            wrong = verify(jobs[side], fn, device, refs[side], seed)
+            jobs[side] = Job(judged[side], case, dtype, prov, mode)
+            if mode == "fwd":
+                wrong = verify(jobs[side], fn, device, refs[side], seed)
+            elif missing := no_backward(judged[side], prov, mode):
+                return {**out, "verdict": "NOT-COMPARED", "reason": f"{side}: {missing}"}
+            else:  # the timed call is the backward pass (and the forward, for full), checked before it is timed
+                fn, checks[side], wrong = backward_job(jobs[side], device, refs[side], seed)
             tampered = _tripwire(expected, f"while its {prov.name} was checked", side)
             if tampered:
                 return {**out, "verdict": failing, "reason": tampered}
@@ -170,17 +180,20 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             return {**out, "verdict": verdict,
                     "reason": f"{side} {prov.name} failed the correctness check: {wrong}"[:500]}
         fns[side] = fn
-    # Both sides get the very same tensors when their specs declare the same arguments: on the H200, two
-    # identical kernels given separately allocated inputs differed by up to 15 % at decode sizes, every time
-    # (where the buffers landed, not the code). Shared buffers leave the code as the only difference.
-    args = {"PR": make_args(pr_spec, pr_case, dtype, device.torch_device, seed)}
-    same = _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype)
-    args["base"] = args["PR"] if same else make_args(base_spec, base_case, dtype, device.torch_device, seed)
-    # Each side's timed calls are re-checked against its reference: outputs poisoned before every sample, a
-    # block's last call compared, so a replayed result or work left on another stream is WRONG, not FASTER.
-    checks = {side: timed_check(jobs[side], args[side], device, refs[side], seed) for side in ("PR", "base")}
-    fns = {side: _tagged(fns[side], args[side].kwargs(), side) for side in ("PR", "base")}
-    fns = {side: checks[side].wrap(fn) if checks[side] else fn for side, fn in fns.items()}
+    if mode == "fwd":
+        # Both sides get the very same tensors when their specs declare the same arguments: on the H200, two
+        # identical kernels given separately allocated inputs differed by up to 15 % at decode sizes, every time
+        # (where the buffers landed, not the code). Shared buffers leave the code as the only difference.
+        args = {"PR": make_args(pr_spec, pr_case, dtype, device.torch_device, seed)}
+        same = _same_arguments(pr_spec, base_spec, pr_case, base_case, dtype)
+        args["base"] = args["PR"] if same else make_args(base_spec, base_case, dtype, device.torch_device, seed)
+        # Each side's timed calls are re-checked against its reference: outputs poisoned before every sample, a
+        # block's last call compared, so a replayed result or work left on another stream is WRONG, not FASTER.
+        checks = {side: timed_check(jobs[side], args[side], device, refs[side], seed) for side in ("PR", "base")}
+        fns = {side: _tagged(fns[side], args[side].kwargs(), side) for side in ("PR", "base")}
+        fns = {side: checks[side].wrap(fn) if checks[side] else fn for side, fn in fns.items()}
+    else:  # each side's own gradient buffers: a backward's arguments are its grad spec's, made with its pass
+        fns = {side: _tagged(fns[side], {}, side) for side in ("PR", "base")}
 
     key_seed = case_seed((pr_spec.name, case_id, dtype))
 

@@ -32,7 +32,7 @@ WATCHED_MODULES = (
     "harness.gate.policy", "harness.gate.model", "harness.correctness.checks", "harness.correctness.numerics",
     "harness.correctness.poison", "harness.correctness.calls", "harness.correctness.guards",
     "harness.correctness.args", "harness.correctness.registry", "harness.bench.run", "harness.bench.recheck",
-    "harness.workers.child",
+    "harness.bench.backward", "harness.bench.gradspec", "harness.bench.modes", "harness.workers.child",
 )
 # Single objects outside the harness that those modules call.
 WATCHED_OBJECTS = (

@@ -68,7 +68,7 @@ class CaseComparison:
     pr_blocks_us: tuple[tuple[float, ...], ...] = ()
     metric: str = "device"        # one of METRICS: device time per sample, or host time per call
     # The pass timed (harness.bench.modes.MODES): a case's fwd, bwd and full are rows of their own, each
-    # judged on its own samples. The in-process gate (bench --against) times fwd only.
+    # judged on its own samples, by the stored compare and by the interleaved gate (bench --against) alike.
     mode: str = "fwd"
     base_peak_mem_bytes: int | None = None   # peak device memory of one call, per side; None on a CPU
     pr_peak_mem_bytes: int | None = None

@@ -59,6 +59,7 @@ class AgainstOptions:
     isolate: bool | None = None
     candidate: str | None = None       # the pull request's commit: its kernels and specs are the PR side
     accept_policy: str | None = None   # the commit a maintainer accepted the pull request's policy changes for
+    modes: tuple[str, ...] = ()        # the passes compared (harness.bench.modes); () every one both sides have
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ def load_sides(run: GateRun) -> GateRun:
     pr_paths = spec_paths([], run.candidate.specs_dir if run.candidate else o.specs_dir, o.kernels)
     pr_specs = {s.name: s for s in load_specs(pr_paths, bind=False)}
     base_specs, problems = ab.load_base_specs(run.base, set(pr_specs) if o.kernels else None)
-    plan = ab.plan_pairs(pr_specs, base_specs, _dtypes(o.dtypes), problems)
+    plan = ab.plan_pairs(pr_specs, base_specs, _dtypes(o.dtypes), problems, o.modes)
     return replace(run, pr_paths=tuple(pr_paths), pr_specs=pr_specs, base_specs=base_specs, plan=plan)
 
 
@@ -465,5 +466,6 @@ def _progress(i: int, total: int, d: dict) -> None:
     host = d.get("host")
     if host and isinstance(host.get("ratio"), float) and host["ratio"] == host["ratio"]:
         what += f"; host per call {host['verdict']} {100 * (host['ratio'] - 1):+.2f}%"
-    print(f"[{i}/{total}] {d['kernel']} {d['dtype']} {d['case_id']}: {d['verdict']} {what} "
+    mode = "" if d.get("mode", "fwd") == "fwd" else f" {d['mode']}"
+    print(f"[{i}/{total}] {d['kernel']} {d['dtype']} {d['case_id']}{mode}: {d['verdict']} {what} "
           f"({d.get('blocks', 0)} block pairs, {d.get('wall_s', 0.0):.1f} s)", file=sys.stderr, flush=True)
