@@ -30,17 +30,23 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
 
 
-@pytest.fixture
-def tiny_repo(tmp_path) -> Path:
-    repo = tmp_path / "repo"
-    rule = '\n[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n'
-    for rel, text in {**TINY_FILES, "specs/tiny.toml": tiny_spec(extra=rule)}.items():
+RULE = '\n[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n'
+
+
+def _repo(repo: Path, files: dict) -> Path:
+    """A git repository of ``files`` (path -> text), committed."""
+    for rel, text in files.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "tiny")
     return repo
+
+
+@pytest.fixture
+def tiny_repo(tmp_path) -> Path:
+    return _repo(tmp_path / "repo", {**TINY_FILES, "specs/tiny.toml": tiny_spec(extra=RULE)})
 
 
 def _against(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -179,16 +185,8 @@ RETURNING = TINY.replace("def scale_fast(*, x, w, out):\n    out.copy_(x * w * F
 @pytest.fixture
 def backward_repo(tmp_path) -> Path:
     """tiny with a backward: its peer ``fast`` returns a differentiable output (differentiable = true)."""
-    repo = tmp_path / "bwd-repo"
-    rule = '\n[gate]\nmin_effect = 0.9\nreason = "host timing on a shared CPU: only the plumbing is tested"\n'
-    for rel, text in {**TINY_FILES, "kernels/tiny.py": RETURNING,
-                      "specs/tiny.toml": tiny_spec(extra=rule + BACKWARD)}.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-q", "-m", "tiny with a backward")
-    return repo
+    return _repo(tmp_path / "bwd-repo", {**TINY_FILES, "kernels/tiny.py": RETURNING,
+                                         "specs/tiny.toml": tiny_spec(extra=RULE + BACKWARD)})
 
 
 def test_the_gate_times_and_judges_the_backward_as_rows_of_their_own(backward_repo, tmp_path):

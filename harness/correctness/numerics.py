@@ -97,13 +97,14 @@ def _overflowed(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """``expected`` with each value past the result dtype's range as that dtype rounds it, +-inf: the right result
     there is an infinity (an fp16 sum of half a million broadcast grad outputs), which a finite reference would
     call an error."""
-    if not got.dtype.is_floating_point or expected.numel() == 0 or not expected.dtype.is_floating_point:
+    if (not got.dtype.is_floating_point or expected.numel() == 0 or not expected.dtype.is_floating_point
+            or torch.finfo(expected.dtype).max <= torch.finfo(got.dtype).max):  # no wider than the result
         return expected
     lo, hi = torch.aminmax(expected)  # without a full-size temporary: the common case costs one pass
     if max(-float(lo), float(hi)) <= torch.finfo(got.dtype).max:  # False for a NaN or an inf: the exact way
         return expected
-    rounded = expected.to(got.dtype)
-    return torch.where(torch.isinf(rounded) & torch.isfinite(expected), rounded.to(expected.dtype), expected)
+    rounded = expected.to(got.dtype).to(expected.dtype)  # back to the wide type: FP8 has no isinf
+    return torch.where(torch.isinf(rounded) & torch.isfinite(expected), rounded, expected)
 
 
 def _rows(got: torch.Tensor, expected: torch.Tensor):
