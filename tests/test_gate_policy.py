@@ -112,3 +112,19 @@ def test_compare_md_has_the_policy_and_scan_sections(tmp_path):
     accepted = render_markdown(dataclasses.replace(cmp, policy=dataclasses.replace(review, applied=True)))
     assert "**the pull request's values judged this run.**" in accepted
     assert "### Policy changes" not in render_markdown(run.comparison)
+
+
+BACKWARD = '\n[backward]\ninputs = ["x", "w"]\n\n[backward.backends.triton]\ndifferentiable = true\n'
+LOOSE_GRAD = '\n[backward.tolerance.w.bf16]\nrtol = 0.5\natol = 0.5\nreason = "loose"\n'
+
+
+def test_a_gradients_tolerance_is_policy_listed_and_judged_by_the_base(tmp_path):
+    """A pull request that loosens a gradient's bound has it listed as a policy change, and the gate's bwd and
+    full rows judge it by the base's bound (bench --against compares backward passes)."""
+    base = _spec(tmp_path / "base", BACKWARD)
+    pr = _spec(tmp_path / "pr", BACKWARD + LOOSE_GRAD)
+    found = {c.field: (c.base, c.pr) for c in policy.changes("tiny", base, pr)}
+    assert found == {"backward.tolerance.w.bf16": ("(unset)", "rtol=0.5 atol=0.5")}
+    assert pr.grad_tolerance("bf16", "w", pr.cases["ci"][0]).rtol == 0.5
+    judged = policy.effective(pr, base)
+    assert judged.backward.tolerances == {} and judged.grad_tolerance("bf16", "w", pr.cases["ci"][0]).rtol < 0.5

@@ -3,7 +3,8 @@ gate does when the pull request changes them.
 
 A spec's policy-carrying fields are its ``[gate]`` rule, its tolerances (per dtype and per tensor), its
 ``[waive]`` entries, its reference, the reference's precision, its oracle and its roofline model (which the
-plausibility check of a timing reads). The gate judges both sides of a kernel with the *base's* values; a
+plausibility check of a timing reads), and the same of its backward: each gradient's tolerance and
+``[backward.roofline]`` (a bwd or full row is judged by them). The gate judges both sides of a kernel with the *base's* values; a
 pull request that changes any of them gets each change listed in compare.md's "Policy changes" section, and
 the change applies only when a maintainer accepted it for the pull request's exact head commit
 (``--accept-policy SHA``, passed by the trusted workflow). A kernel with no base version is new: its own
@@ -47,10 +48,13 @@ def fields_of(spec) -> dict[str, str]:
     out.update({f"{'outputs' if t.output else 'inputs'}.{t.name}.tolerance": t.tolerance.describe()
                 for t in spec.tensors if t.tolerance is not None})
     out.update({f"waive.{key}": "waived" for key in spec.waivers})
-    r = spec.roofline
-    if r is not None:
-        out.update({f"roofline.{k}": getattr(r, k).source for k in ("bytes", "flops", "read_bytes", "write_bytes")
-                    if getattr(r, k) is not None})
+    b = spec.backward
+    if b is not None:
+        out.update({f"backward.tolerance.{n}.{d}": t.describe() for (n, d), t in b.tolerances.items()})
+    for key, r in (("roofline", spec.roofline), ("backward.roofline", b.roofline if b is not None else None)):
+        if r is not None:
+            out.update({f"{key}.{k}": getattr(r, k).source for k in ("bytes", "flops", "read_bytes", "write_bytes")
+                        if getattr(r, k) is not None})
     return out
 
 
@@ -120,7 +124,12 @@ def effective(pr_spec, base_spec):
     full against it (the caller takes the providers from the pull request's own spec)."""
     base_tol = {t.name: t.tolerance for t in base_spec.tensors}
     tensors = tuple(dataclasses.replace(t, tolerance=base_tol.get(t.name)) for t in pr_spec.tensors)
+    backward = pr_spec.backward
+    if backward is not None:  # the gradients' bounds and model too: the base's, none where the base has none
+        base_bwd = base_spec.backward
+        backward = dataclasses.replace(backward, tolerances=dict(base_bwd.tolerances) if base_bwd else {},
+                                       roofline=base_bwd.roofline if base_bwd else None)
     return dataclasses.replace(pr_spec, tolerances=dict(base_spec.tolerances), waivers=dict(base_spec.waivers),
                                reference=base_spec.reference, reference_precision=base_spec.reference_precision,
                                oracle=base_spec.oracle or base_spec.reference, gate=base_spec.gate,
-                               tensors=tensors)
+                               tensors=tensors, backward=backward)
