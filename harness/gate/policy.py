@@ -4,10 +4,10 @@ gate does when the pull request changes them.
 A spec's policy-carrying fields are its ``[gate]`` rule, its tolerances (per dtype and per tensor), its
 ``[waive]`` entries, its reference, the reference's precision, its oracle and its roofline model (which the
 plausibility check of a timing reads), and the same of its backward: each gradient's tolerance and
-``[backward.roofline]`` (a bwd or full row is judged by them). The gate judges both sides of a kernel with the *base's* values; a
-pull request that changes any of them gets each change listed in compare.md's "Policy changes" section, and
-the change applies only when a maintainer accepted it for the pull request's exact head commit
-(``--accept-policy SHA``, passed by the trusted workflow). A kernel with no base version is new: its own
+``[backward.roofline]`` (a bwd or full row is judged by them). The gate judges both sides of a kernel with the
+*base's* values; a pull request that changes any of them gets each change listed in compare.md's "Policy
+changes" section, and the change applies only when a maintainer accepted it for the pull request's exact head
+commit (``--accept-policy SHA``, passed by the trusted workflow). A kernel with no base version is new: its own
 policy applies, and the report says so.
 
 Everything here reads specs as data (harness.spec.load imports nothing) and kernel sources with ``ast``: it
