@@ -183,7 +183,7 @@ def _layernorm_bwd_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, n_rows, n_cols, rows_per_program, stride_part,
     stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACC: tl.constexpr, STAGES: tl.constexpr,
+    ACC: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):  # fmt: skip
     pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
     dw_row = part_ptr + pid * n_cols  # this program's partial row of dw; db's is stride_part further
@@ -196,8 +196,10 @@ def _layernorm_bwd_kernel(
         for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
             rows = r0 + tl.arange(0, BLOCK_M)
             x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                    stride_dyn, ACC)
-            xc = tl.where(mask, x - (tl.sum(x, axis=1) / n_cols)[:, None], 0.0)
+                                    stride_dyn, ACC, EVEN_N)
+            xc = x - (tl.sum(x, axis=1) / n_cols)[:, None]
+            if not EVEN_N:  # padding columns; with EVEN_N a row past the chunk is 0 and so is its mean
+                xc = tl.where(mask, xc, 0.0)
             g = dy * w
             # three row sums that wait for none of each other: mean(g * xhat) = rstd * mean(g * xc)
             rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)[:, None]
@@ -227,7 +229,7 @@ def _layernorm_bwd_kernel(
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = c0 + cols
                 x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                        stride_dyn, ACC)
+                                        stride_dyn, ACC, False)
                 g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
                 count = tl.sum((c < n_cols).to(ACC), axis=0)
                 block_mean = tl.sum(x, axis=1) / count
@@ -248,7 +250,7 @@ def _layernorm_bwd_kernel(
             for i in tl.range(0, n_blocks, num_stages=STAGES):
                 c = (n_blocks - 1 - i) * BLOCK_N + cols
                 x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                        stride_dyn, ACC)
+                                        stride_dyn, ACC, False)
                 xhat = tl.where(mask, x - mean, 0.0) * rstd
                 g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
                 store_dx(dx_ptr, rows, c, stride_dxm, stride_dxn, (g - mean_g - xhat * mean_gxhat) * rstd, mask)
@@ -294,10 +296,9 @@ def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tens
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=acc_tl,
-        STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), num_warps=cfg.num_warps,
     )  # fmt: skip
-    for part, grad in zip(partials, grads, strict=True):
-        sum_partials(part, grad)
+    sum_partials(partials, grads)
 
 
 def layernorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,

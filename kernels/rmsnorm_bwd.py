@@ -118,6 +118,10 @@ class NormBwdConfig:
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass,
                    rows_per_program=rows_per_program, num_stages=stages)
 
+    def even(self, n_cols: int) -> bool:
+        """A row kept in registers is exactly one block: the kernels drop their column masks."""
+        return self.single_pass and self.block_n == n_cols
+
     def programs(self, n_rows: int) -> int:
         return triton.cdiv(n_rows, self.rows_per_program)
 
@@ -157,9 +161,15 @@ def row_chunk(rows_per_program, n_rows):
 
 @triton.jit
 def load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym, stride_dyn,
-              ACC: tl.constexpr):
-    """The [rows, c] tiles of x and dy in ACC, 0 outside the chunk's rows and the row, and their mask."""
-    mask = (rows < row_end)[:, None] & (c < n_cols)[None, :]
+              ACC: tl.constexpr, EVEN_N: tl.constexpr):
+    """The [rows, c] tiles of x and dy in ACC, 0 outside the chunk's rows and the row, and their mask (with
+    ``EVEN_N``, a row exactly one block wide, the rows' alone: [rows, 1])."""
+    if EVEN_N:
+        # no per-element column test: at 16384 x 4096 the LayerNorm backward was issue-bound (0.59 of a
+        # scheduler's slots), and the masks and selects were instructions of every element
+        mask = (rows < row_end)[:, None]
+    else:
+        mask = (rows < row_end)[:, None] & (c < n_cols)[None, :]
     x = tl.load(x_ptr + rows[:, None] * stride_xm + c[None, :] * stride_xn, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + rows[:, None] * stride_dym + c[None, :] * stride_dyn, mask=mask, other=0.0)
     return x.to(ACC), dy.to(ACC), mask
@@ -189,7 +199,7 @@ def _rmsnorm_bwd_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, n_rows, n_cols, rows_per_program,
     stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, ACC: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):  # fmt: skip
     pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
     part_row = part_ptr + pid * n_cols
@@ -201,7 +211,7 @@ def _rmsnorm_bwd_kernel(
         for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
             rows = r0 + tl.arange(0, BLOCK_M)
             x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                    stride_dyn, ACC)
+                                    stride_dyn, ACC, EVEN_N)
             g = dy * w
             # mean(g * xhat) = rstd * mean(g * x): both row sums at once, neither waiting for the other
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)[:, None]
@@ -220,7 +230,7 @@ def _rmsnorm_bwd_kernel(
             gx = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)  # sum of g * x
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 x, dy, _ = load_x_dy(x_ptr, dy_ptr, rows, c0 + cols, row_end, n_cols, stride_xm, stride_xn,
-                                     stride_dym, stride_dyn, ACC)
+                                     stride_dym, stride_dyn, ACC, False)
                 ss += x * x
                 gx += dy * load_vector(w_ptr, c0 + cols, stride_w, n_cols, ACC) * x
             rstd = tl.rsqrt(tl.sum(ss, axis=1) / n_cols + eps)[:, None]
@@ -230,7 +240,7 @@ def _rmsnorm_bwd_kernel(
             for i in tl.range(0, n_blocks, num_stages=STAGES):
                 c = (n_blocks - 1 - i) * BLOCK_N + cols
                 x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                        stride_dyn, ACC)
+                                        stride_dyn, ACC, False)
                 xhat = x * rstd
                 g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
                 store_dx(dx_ptr, rows, c, stride_dxm, stride_dxn, (g - xhat * mean_gxhat) * rstd, mask)
@@ -238,34 +248,48 @@ def _rmsnorm_bwd_kernel(
 
 
 @triton.jit
-def _sum_partials_kernel(part_ptr, out_ptr, n_parts, n_cols, stride_p, stride_o, BLOCK_P: tl.constexpr,
-                         BLOCK_N: tl.constexpr):
+def _sum_partials_kernel(part_ptr, out0_ptr, out1_ptr, n_parts, n_cols, stride_k, stride_p, stride_o0, stride_o1,
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    which = tl.program_id(1)  # the gradient: 0 or 1 (LayerNorm's dbias)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
+    part = part_ptr + which.to(tl.int64) * stride_k
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=part_ptr.dtype.element_ty)
     for p0 in range(0, n_parts, BLOCK_P):
         p = (p0 + tl.arange(0, BLOCK_P)).to(tl.int64)
-        acc += tl.load(part_ptr + p[:, None] * stride_p + cols[None, :], mask=(p < n_parts)[:, None] & col_ok[None, :],
+        acc += tl.load(part + p[:, None] * stride_p + cols[None, :], mask=(p < n_parts)[:, None] & col_ok[None, :],
                        other=0.0)
-    tl.store(out_ptr + cols * stride_o, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_ok)
+    total = tl.sum(acc, axis=0)
+    if which == 0:
+        tl.store(out0_ptr + cols * stride_o0, total.to(out0_ptr.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(out1_ptr + cols * stride_o1, total.to(out1_ptr.dtype.element_ty), mask=col_ok)
 
 
-# Columns per program of the partial sum: 128-byte fp32 segments, and hidden / 32 programs.
-_SUM_BLOCK_N = 32
-_SUM_BLOCK_P = 64
+# Columns and partial rows per program of the partial sum, the fastest on the H200 at 16384 x 4096 bf16 (261
+# partial rows; reports/h200/experiments/backward/layernorm_probe.py): 16 x 256 at 4 warps, 5.2 us for one
+# gradient (32 x 64, the earlier choice, 7.0 us); both of LayerNorm's in one launch cost less than a second one.
+_SUM_BLOCK_N = 16
+_SUM_BLOCK_P = 256
+_SUM_WARPS = 4
 
 
-def sum_partials(partials: torch.Tensor, out: torch.Tensor, n_parts: int | None = None) -> None:
-    """``out[j] = sum_p partials[p, j]`` over the first ``n_parts`` rows (default all), in a fixed order."""
-    n_parts = partials.shape[0] if n_parts is None else n_parts
-    n_cols = partials.shape[1]
+def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None = None) -> None:
+    """``outs[k][j] = sum_p partials[k, p, j]`` over the first ``n_parts`` rows (default all), in a fixed order;
+    ``partials`` is ``[len(outs), programs, hidden]``, one or two gradients, summed in one launch."""
+    if not 1 <= len(outs) <= 2 or partials.dim() != 3 or partials.shape[0] != len(outs):
+        raise ValueError(f"sum_partials: expected [1 or 2, parts, hidden] partials for as many outputs, got "
+                         f"{tuple(partials.shape)} for {len(outs)}")
+    n_parts = partials.shape[1] if n_parts is None else n_parts
+    n_cols = partials.shape[2]
     if interpreted(partials):
         block_n, block_p = triton.next_power_of_2(max(n_cols, 1)), triton.next_power_of_2(max(n_parts, 1))
     else:
         block_n, block_p = _SUM_BLOCK_N, _SUM_BLOCK_P
-    _sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](
-        partials, out, n_parts, n_cols, partials.stride(0), out.stride(0), BLOCK_P=block_p, BLOCK_N=block_n,
-        num_warps=4,
+    last = outs[-1]
+    _sum_partials_kernel[(triton.cdiv(n_cols, block_n), len(outs))](
+        partials, outs[0], last, n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0),
+        last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, num_warps=_SUM_WARPS,
     )  # fmt: skip
 
 
@@ -286,13 +310,13 @@ def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdCon
     cfg = config_for(x, grad_out, config, "rmsnorm_bwd")
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
-    partials = torch.empty((programs, n_cols), dtype=acc_torch, device=x.device)
+    partials = torch.empty((1, programs, n_cols), dtype=acc_torch, device=x.device)
     _rmsnorm_bwd_kernel[(programs,)](
         x, weight, grad_out, grad_x, partials, n_rows, n_cols, cfg.rows_per_program,
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, ACC=acc_tl, STAGES=cfg.num_stages,
-        num_warps=cfg.num_warps,
+        EVEN_N=cfg.even(n_cols), num_warps=cfg.num_warps,
     )  # fmt: skip
     return partials, cfg
 
@@ -308,7 +332,7 @@ def rmsnorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor
     if x.shape[1] == 0:
         return
     partials, _ = rmsnorm_bwd_partials(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
-    sum_partials(partials, grad_weight)
+    sum_partials(partials, (grad_weight,))
 
 
 def rmsnorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,

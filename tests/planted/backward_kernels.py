@@ -37,7 +37,7 @@ def rmsnorm_bwd_drops_last_partial(*, x, weight, grad_out, grad_x, grad_weight, 
     if x.numel() == 0:
         return rmsnorm_bwd(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, grad_weight=grad_weight, eps=eps)
     partials, cfg = rmsnorm_bwd_partials(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
-    sum_partials(partials, grad_weight, n_parts=x.shape[0] // cfg.rows_per_program)  # BUG: floor, not ceiling
+    sum_partials(partials, (grad_weight,), n_parts=x.shape[0] // cfg.rows_per_program)  # BUG: floor, not ceiling
 
 
 def rmsnorm_bwd_ignores_weight(*, x, weight, grad_out, grad_x, grad_weight, eps, config=None) -> None:
@@ -45,7 +45,7 @@ def rmsnorm_bwd_ignores_weight(*, x, weight, grad_out, grad_x, grad_weight, eps,
         return rmsnorm_bwd(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, grad_weight=grad_weight, eps=eps)
     ones = torch.ones_like(weight)  # BUG: dx = rstd * (dy - xhat * mean(dy * xhat)), the weight left out
     partials, _ = rmsnorm_bwd_partials(x=x, weight=ones, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
-    sum_partials(partials, grad_weight)
+    sum_partials(partials, (grad_weight,))
 
 
 def rmsnorm_bwd_writes_grad_output(*, x, weight, grad_out, grad_x, grad_weight, eps, config=None) -> None:
@@ -70,7 +70,8 @@ _calls = itertools.count()
 def rmsnorm_bwd_atomic(*, x, weight, grad_out, grad_x, grad_weight, eps, config=None) -> None:
     if x.numel() == 0:
         return rmsnorm_bwd(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, grad_weight=grad_weight, eps=eps)
-    partials, _ = rmsnorm_bwd_partials(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
+    stack, _ = rmsnorm_bwd_partials(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
+    partials = stack[0]  # one gradient: [programs, hidden]
     programs, n_cols = partials.shape
     order = torch.arange(programs, device=x.device).roll(next(_calls)).to(torch.int32)
     acc = torch.zeros(n_cols, dtype=partials.dtype, device=x.device)

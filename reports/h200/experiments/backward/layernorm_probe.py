@@ -1,9 +1,13 @@
 """Where the LayerNorm backward's time goes on the GPU, at the headline shape (16384 x 4096 bf16, bias).
 
-Times, with the harness's engine (L2 flushed, kernel spans, medians): the whole ``layernorm_bwd``; its first
-kernel alone; one partial sum; partial-sum launch configurations; one launch summing dw and db together; the
-first kernel without the bias; a first kernel summing all four row sums in one phase about a shifted origin
-(x[row, 0]), with its error against an fp64 reference on rows far from zero; RMSNorm's first kernel; a copy.
+Times, with the harness's engine (L2 flushed, medians): the whole ``layernorm_bwd`` and ``rmsnorm_bwd``; the
+first kernels alone, with and without their column masks (``EVEN_N``), at more pipeline stages, without the
+bias; partial-sum launch configurations for one gradient and for two in one launch; a first kernel summing all
+four row sums in one phase about a shifted origin (x[row, 0]), with its error against an fp64 reference on rows
+far from zero; a copy of x's bytes.
+
+Round 1 (reports/h200/experiments/backward/layernorm_probe-round1.log) ran this script's first revision: one
+partial-sum launch per gradient, and no ``EVEN_N``.
 
     python reports/h200/experiments/backward/layernorm_probe.py --out DIR [--ncu]
 
@@ -24,27 +28,15 @@ import triton.language as tl
 from harness.timing.engine import TimingConfig, measure
 from kernels.layernorm import LAYERNORM_LIMITS, _layernorm_bwd_kernel, layernorm_bwd, layernorm_bwd_ref
 from kernels.rmsnorm_bwd import (
-    _rmsnorm_bwd_kernel, _sum_partials_kernel, config_for, load_vector, load_x_dy, row_chunk, store_dx,
+    _rmsnorm_bwd_kernel,
+    _sum_partials_kernel,
+    config_for,
+    load_vector,
+    load_x_dy,
+    rmsnorm_bwd,
+    row_chunk,
+    store_dx,
 )
-
-
-@triton.jit
-def _sum_two_kernel(part_ptr, out0_ptr, out1_ptr, n_parts, n_cols, stride_k, stride_p, BLOCK_P: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
-    which = tl.program_id(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    base = part_ptr + which.to(tl.int64) * stride_k
-    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
-    for p0 in range(0, n_parts, BLOCK_P):
-        p = (p0 + tl.arange(0, BLOCK_P)).to(tl.int64)
-        acc += tl.load(base + p[:, None] * stride_p + cols[None, :], mask=(p < n_parts)[:, None] & col_ok[None, :],
-                       other=0.0)
-    total = tl.sum(acc, axis=0)
-    if which == 0:
-        tl.store(out0_ptr + cols, total.to(out0_ptr.dtype.element_ty), mask=col_ok)
-    else:
-        tl.store(out1_ptr + cols, total.to(out1_ptr.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit(do_not_specialize=["n_rows", "rows_per_program"])
@@ -103,52 +95,53 @@ def main() -> None:
     common = (x, w, dy, gx, part, R, N, cfg.rows_per_program, part.stride(0), x.stride(0), x.stride(1),
               w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0), gx.stride(1), 1e-5)
 
-    def first(has_bias=True):
+    even = cfg.even(N)
+
+    def first(has_bias=True, even=even, stages=cfg.num_stages):
         return lambda: _layernorm_bwd_kernel[grid](*common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                                    SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=tl.float32,
-                                                   STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+                                                   STAGES=stages, EVEN_N=even, num_warps=cfg.num_warps)
 
     def one_phase(warps=cfg.num_warps, stages=cfg.num_stages):
         return lambda: _ln_bwd_one_phase[grid](*common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float32,
                                                STAGES=stages, num_warps=warps)
 
-    def sum_one(bn, bp, warps):
-        return lambda: _sum_partials_kernel[(triton.cdiv(N, bn),)](part[0], gw, programs, N, part.stride(1),
-                                                                 gw.stride(0), BLOCK_P=bp, BLOCK_N=bn,
-                                                                 num_warps=warps)
-
-    def sum_two(bn, bp, warps):
-        return lambda: _sum_two_kernel[(triton.cdiv(N, bn), 2)](part, gw, gb, programs, N, part.stride(0),
-                                                              part.stride(1), BLOCK_P=bp, BLOCK_N=bn,
-                                                              num_warps=warps)
+    def sum_one(bn, bp, warps, k=1):
+        return lambda: _sum_partials_kernel[(triton.cdiv(N, bn), k)](part, gw, gb, programs, N, part.stride(0),
+                                                                   part.stride(1), 1, 1, BLOCK_P=bp, BLOCK_N=bn,
+                                                                   num_warps=warps)
 
     rms_part = torch.empty((programs, N), device=dev, dtype=torch.float32)
-    rms = lambda: _rmsnorm_bwd_kernel[grid](x, w, dy, gx, rms_part, R, N, cfg.rows_per_program, x.stride(0),  # noqa
-                                            x.stride(1), w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0),
-                                            gx.stride(1), 1e-5, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                                            SINGLE_PASS=cfg.single_pass, ACC=tl.float32, STAGES=cfg.num_stages,
-                                            num_warps=cfg.num_warps)
+    def rms(even=even):
+        return lambda: _rmsnorm_bwd_kernel[grid](x, w, dy, gx, rms_part, R, N, cfg.rows_per_program, x.stride(0),
+                                                 x.stride(1), w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0),
+                                                 gx.stride(1), 1e-5, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                                                 SINGLE_PASS=cfg.single_pass, ACC=tl.float32, STAGES=cfg.num_stages,
+                                                 EVEN_N=even, num_warps=cfg.num_warps)
     src = torch.empty(R * N, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     cases = {
         "copy (x bytes, read + write)": lambda: dst.copy_(src),
         "layernorm_bwd (shipped)": lambda: layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw,
                                                          grad_bias=gb, eps=1e-5, has_bias=True),
+        "rmsnorm_bwd (shipped)": lambda: rmsnorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw,
+                                                     eps=1e-5),
         "first kernel": first(),
+        "first kernel, column masks": first(even=False),
+        "first kernel, 4 stages": first(stages=4),
+        "first kernel, 5 stages": first(stages=5),
         "first kernel, no bias": first(False),
-        "rmsnorm first kernel": rms,
+        "rmsnorm first kernel": rms(),
+        "rmsnorm first kernel, column masks": rms(False),
         "one-phase first kernel": one_phase(),
-        "one-phase, 16 warps": one_phase(16),
-        "one-phase, 4 warps": one_phase(4),
-        "one-phase, 2 stages": one_phase(stages=2),
     }
-    for bn, bp, warps in [(32, 64, 4), (64, 64, 4), (32, 128, 4), (32, 256, 8), (64, 128, 8), (128, 32, 4),
-                          (16, 64, 2), (16, 256, 4), (64, 32, 2)]:
+    for bn, bp, warps in [(32, 64, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (16, 128, 4), (8, 256, 2),
+                          (32, 512, 8), (8, 512, 4)]:
         cases[f"sum one, BN={bn} BP={bp} w={warps}"] = sum_one(bn, bp, warps)
-        cases[f"sum two, BN={bn} BP={bp} w={warps}"] = sum_two(bn, bp, warps)
+        cases[f"sum two, BN={bn} BP={bp} w={warps}"] = sum_one(bn, bp, warps, k=2)
     print(f"config {cfg}, programs {programs}", flush=True)
     if args.ncu:
-        for name in ("first kernel", "one-phase first kernel", "rmsnorm first kernel"):
+        for name in ("first kernel", "first kernel, column masks", "rmsnorm first kernel"):
             cases[name]()
         torch.cuda.synchronize()
         return
@@ -176,7 +169,7 @@ def main() -> None:
         layernorm_bwd_ref(x=xx.double(), weight=w.double(), grad_out=dy.double(), grad_x=ref_gx, grad_weight=ref_gw,
                           grad_bias=ref_gb, eps=1e-5, has_bias=True)
         for kname, launch in (("shipped", _layernorm_bwd_kernel), ("one-phase", _ln_bwd_one_phase)):
-            extra = dict(SINGLE_PASS=cfg.single_pass, HAS_BIAS=True) if kname == "shipped" else {}
+            extra = dict(SINGLE_PASS=cfg.single_pass, HAS_BIAS=True, EVEN_N=even) if kname == "shipped" else {}
             launch[grid](xx, *common[1:], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float32,
                          STAGES=cfg.num_stages, num_warps=cfg.num_warps, **extra)
             err = ((gx.double() - ref_gx).norm() / ref_gx.norm()).item()
