@@ -56,13 +56,19 @@ class NormBwdLimits:
 
     max_block_n: int  # longest row kept in registers
     long_block_n: int  # a longer row's column block (two rows per iteration)
+    max_stages: int  # row tiles of x and dy the row loop keeps in flight (tl.range num_stages), at most
+    stage_bytes: int  # ... and at most this many bytes of them
 
 
 # RMSNorm keeps rows of up to 8192 columns in registers (at 32 warps: 16 spilled on unaligned rows); LayerNorm,
 # with a second accumulator (dbias), up to 4096 (8192 spilled at 16 and 32 warps), and takes longer rows in
 # blocks of 4096 at 16 warps, where RMSNorm's spilled and it takes blocks of 2048 at 8 warps.
-RMSNORM_LIMITS = NormBwdLimits(max_block_n=8192, long_block_n=2048)
-LAYERNORM_LIMITS = NormBwdLimits(max_block_n=4096, long_block_n=4096)
+# Stages: at 16384 x 4096 bf16, 3 took RMSNorm from 156 us (1 stage) to 113 us; LayerNorm's first kernel, with
+# two more row sums between a row's loads and its stores, went from 108.6 us at 3 to 105.7 us at 5
+# (reports/h200/experiments/backward/layernorm_probe*.log). Either way two programs' buffers fit an SM's shared
+# memory on sm_80 too (5 stages keep 4 tiles of 16 KiB: 128 KiB for two programs, of 164).
+RMSNORM_LIMITS = NormBwdLimits(max_block_n=8192, long_block_n=2048, max_stages=3, stage_bytes=64 << 10)
+LAYERNORM_LIMITS = NormBwdLimits(max_block_n=4096, long_block_n=4096, max_stages=5, stage_bytes=80 << 10)
 # Elements per iteration on a row kept in registers: one row of 4096 or 8192 columns, several shorter ones.
 _TILE = 4096
 _LONG_BLOCK_M = 2
@@ -72,11 +78,6 @@ _PROGRAMS_PER_SM = 2
 # Elements of each tile a thread holds: 16 (two 16-byte loads of a 16-bit row), 8 on 8192-column rows.
 _PER_THREAD = 16
 _PER_THREAD_WIDE = 8
-# Bytes of x and dy tiles the row loop keeps in flight (tl.range num_stages): at most 3 stages, fewer for big
-# tiles, so that two programs' buffers fit one SM's shared memory on sm_80 too. At 16384 x 4096 bf16, 3 stages
-# took RMSNorm from 156 us (1 stage) to 113 us.
-_STAGE_BYTES = 64 << 10
-_MAX_STAGES = 3
 # The interpreter runs programs one after another at a high cost each: a few programs, each a few row tiles.
 _INTERPRETED_PROGRAMS = 4
 _INTERPRETED_BLOCK_M = 8
@@ -114,7 +115,7 @@ class NormBwdConfig:
         # pipelined where that measured faster: not a long row's short block loops, nor 8192-column rows at 32
         # warps (RMSNorm 8192 x 8192 bf16: 150 us unpipelined, 163 us with 2 stages)
         if single_pass and per_thread == _PER_THREAD and not interpreted:
-            stages = max(1, min(_MAX_STAGES, _STAGE_BYTES // (block_m * block_n * bytes_per_element)))
+            stages = max(1, min(limits.max_stages, limits.stage_bytes // (block_m * block_n * bytes_per_element)))
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass,
                    rows_per_program=rows_per_program, num_stages=stages)
 

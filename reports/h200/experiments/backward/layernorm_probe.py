@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def _ln_bwd_one_phase(
     for r0 in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
         rows = r0 + tl.arange(0, BLOCK_M)
         x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                stride_dyn, ACC)
+                                stride_dyn, ACC, False)
         shift = tl.load(x_ptr + rows * stride_xm, mask=rows < row_end, other=0.0).to(ACC)[:, None]
         xs = tl.where(mask, x - shift, 0.0)
         g = dy * w
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--cases", default="", help="a regular expression: time only the cases it finds")
+    ap.add_argument("--no-accuracy", action="store_true", help="skip the one-phase sums' accuracy rows")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
@@ -112,11 +115,11 @@ def main() -> None:
                                                                    num_warps=warps)
 
     rms_part = torch.empty((programs, N), device=dev, dtype=torch.float32)
-    def rms(even=even):
+    def rms(even=even, stages=cfg.num_stages):
         return lambda: _rmsnorm_bwd_kernel[grid](x, w, dy, gx, rms_part, R, N, cfg.rows_per_program, x.stride(0),
                                                  x.stride(1), w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0),
                                                  gx.stride(1), 1e-5, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                                                 SINGLE_PASS=cfg.single_pass, ACC=tl.float32, STAGES=cfg.num_stages,
+                                                 SINGLE_PASS=cfg.single_pass, ACC=tl.float32, STAGES=stages,
                                                  EVEN_N=even, num_warps=cfg.num_warps)
     src = torch.empty(R * N, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
@@ -128,11 +131,17 @@ def main() -> None:
                                                      eps=1e-5),
         "first kernel": first(),
         "first kernel, column masks": first(even=False),
+        "first kernel, 3 stages": first(stages=3),
         "first kernel, 4 stages": first(stages=4),
         "first kernel, 5 stages": first(stages=5),
+        "first kernel, 6 stages": first(stages=6),
+        "first kernel, 7 stages": first(stages=7),
         "first kernel, no bias": first(False),
         "rmsnorm first kernel": rms(),
         "rmsnorm first kernel, column masks": rms(False),
+        "rmsnorm first kernel, 4 stages": rms(stages=4),
+        "rmsnorm first kernel, 5 stages": rms(stages=5),
+        "rmsnorm first kernel, 6 stages": rms(stages=6),
         "one-phase first kernel": one_phase(),
     }
     for bn, bp, warps in [(32, 64, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (16, 128, 4), (8, 256, 2),
@@ -145,6 +154,8 @@ def main() -> None:
             cases[name]()
         torch.cuda.synchronize()
         return
+    if args.cases:
+        cases = {name: fn for name, fn in cases.items() if re.search(args.cases, name)}
     rows = []
     tcfg = TimingConfig(timeout_s=4.0, min_time_s=0.3)
     for name, fn in cases.items():
@@ -159,6 +170,15 @@ def main() -> None:
                          method=m.method))
         print(f"{name:40s} {med:9.2f} us  (p10 {q[0]:.2f}, p90 {q[-1]:.2f}, n={len(m.samples_us)}, {m.method})",
               flush=True)
+    if not args.no_accuracy:
+        accuracy(args, cfg, grid, common, x, dy, w, gx, part, even, rows)
+    (args.out / "layernorm_probe.json").write_text(json.dumps(dict(config=str(cfg), programs=programs,
+                                                                   device=torch.cuda.get_device_name(),
+                                                                   triton=triton.__version__, rows=rows), indent=1))
+
+
+def accuracy(args, cfg, grid, common, x, dy, w, gx, part, even, rows) -> None:
+    R, N, dev = x.shape[0], x.shape[1], x.device
     # accuracy of the one-phase sums, rows offset far from zero (|mean| >> std) and rows of unit scale
     ref_x = torch.empty(R, N, device=dev, dtype=torch.float64)
     for label, offset in (("unit rows", 0.0), ("rows at 1e3 + N(0, 1)", 1e3), ("rows at 1e2 + N(0, 1)", 1e2)):
@@ -177,9 +197,6 @@ def main() -> None:
             errw = ((dw - ref_gw).norm() / ref_gw.norm()).item()
             rows.append(dict(name=f"accuracy {kname}, {label}", dx_rel_err=err, dw_rel_err=errw))
             print(f"accuracy {kname:9s} {label:24s} dx normwise rel err {err:.3e}, dw {errw:.3e}", flush=True)
-    (args.out / "layernorm_probe.json").write_text(json.dumps(dict(config=str(cfg), programs=programs,
-                                                                   device=torch.cuda.get_device_name(),
-                                                                   triton=triton.__version__, rows=rows), indent=1))
 
 
 if __name__ == "__main__":
