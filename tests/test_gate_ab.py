@@ -171,6 +171,30 @@ def test_gate_flags_a_pr_time_beyond_the_roofline(tmp_path):
     assert honest.verdict == "FASTER" and honest.pr_pct_roofline < 100
 
 
+def test_a_backward_rows_roofline_reads_the_gradients_sizes(tmp_path):
+    """A bwd row's % of roofline is the backward's model, which names the gradients' tensors (bytes_grad_out,
+    bytes_grad_x): the gate's record gives them to it as the benchmark does (the H200's first gate run in bwd mode
+    raised "undefined symbol 'bytes_grad_out'")."""
+    from harness.gate.ab import record
+    from harness.spec.load import load
+    from tests.e2e import write_spec
+
+    extra = (BACKWARD.replace("backends.fast", "backends.triton") + '\n[backward.roofline]\nbytes = "bytes_x + bytes_w + bytes_grad_out + bytes_grad_x + '
+             'bytes_grad_w"\nflops = "3 * numel_x"\n')
+    spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale", extra=extra))
+    spec = replace(spec, cases={**spec.cases, "bench": spec.cases["ci"]})
+    ceilings = {"bandwidth_gbps": {"copy": 1000.0}, "copy_gbps": 1000.0, "matmul_tflops": {}}
+    d = dict(kernel="scale", dtype="fp32", case_id=spec.cases["ci"][0].id, mode="bwd", shape={}, headline=False,
+             verdict="SAME", reason="", base_provider="triton", pr_provider="triton", base_median_us=1.0,
+             pr_median_us=1.0, ratio=1.0, ratio_lo=0.99, ratio_hi=1.01, effect=0.0, threshold=None, noise=None,
+             base_spread=None, pr_spread=None, blocks=10, stop="decided", dropped=0, gpu_index=0, gpu_uuid=None,
+             wall_s=1.0, base_blocks_us=[[1.0] * 10] * 10, pr_blocks_us=[[1.0] * 10] * 10, method="events")
+    row = record(d, spec, ceilings, judge_plausible=True)
+    # 16 x 128 fp32 x, grad_out and grad_x, 128 w and grad_w: 25.6 KB in 1 us at 1 TB/s, 2.56% of the roof
+    assert row.pr_pct_roofline == pytest.approx(100 * (3 * 16 * 128 + 2 * 128) * 4 / 1e6, rel=1e-6)
+    assert record({**d, "mode": "fwd"}, spec, ceilings).pr_pct_roofline < row.pr_pct_roofline
+
+
 BACKWARD = '''
 [backward]
 inputs = ["x", "w"]

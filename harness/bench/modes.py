@@ -87,3 +87,13 @@ def mode_spec(spec: Spec, mode: str) -> Spec:
     """``spec`` with the mode's roofline in place of the forward's, for :func:`harness.bench.roofline.roofline`,
     which reads ``spec.roofline`` only."""
     return spec if mode == "fwd" else dataclasses.replace(spec, roofline=mode_roofline(spec, mode))
+
+
+def mode_env(spec: Spec, case, dtype: str, mode: str) -> dict:
+    """The symbols a mode's roofline reads: the case's, and in bwd and full the backward's tensors too
+    (``bytes_grad_out``, ``bytes_grad_x``, ...)."""
+    from harness.bench.gradspec import grad_spec
+    from harness.correctness.args import full_env
+
+    env = full_env(spec, case, dtype)
+    return env if mode == "fwd" else {**env, **full_env(grad_spec(spec), case, dtype)}

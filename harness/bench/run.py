@@ -17,7 +17,7 @@ import torch
 from harness.bench.plan import Job
 from harness.bench.recheck import ProbedCheck
 from harness.bench.roofline import implausible, roofline
-from harness.correctness.args import case_seed, full_env, make_args
+from harness.correctness.args import case_seed, make_args
 from harness.correctness.checks import (
     CaseContext,
     CheckFailure,
@@ -74,8 +74,7 @@ def forward_job(job: Job, device: Device, reference: ReferenceCache, seed: int):
 
 def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCache, seed_base: int = 0) -> CaseResult:
     from harness.bench.backward import backward_job
-    from harness.bench.gradspec import grad_spec
-    from harness.bench.modes import mode_spec
+    from harness.bench.modes import mode_env, mode_spec
     from harness.timing.engine import measure
     from harness.timing.memory import peak_bytes
     from harness.timing.stats import summarize
@@ -102,8 +101,7 @@ def run_job(job: Job, device: Device, ceilings, timing, reference: ReferenceCach
         return _empty(base, "error", first)
     st = summarize(m.samples_us, seed=seed)
     # a backward's traffic is over the gradients' tensors too: the grad spec's symbols beside the forward's
-    env = full_env(spec, case, job.dtype) if job.mode == "fwd" else {**full_env(spec, case, job.dtype),
-                                                                     **full_env(grad_spec(spec), case, job.dtype)}
+    env = mode_env(spec, case, job.dtype, job.mode)
     roof = roofline(mode_spec(spec, job.mode), env, st.median, ceilings, job.dtype, (st.median_ci_lo, st.median_ci_hi))
     if case.tier == "cpu":  # the spec's roofline target is a GPU kernel's: eager torch on a host is not judged by it
         roof = {**roof, "target": None, "verdict": "n/a"}

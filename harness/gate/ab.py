@@ -103,15 +103,15 @@ def record(d: dict, spec, ceilings, judge_plausible: bool = False) -> CaseCompar
     """A task's dict as a record, with each side's % of roofline from ``spec``'s model (the base's, unless the
     pull request's policy was accepted); with ``judge_plausible`` (cold GPU timing), a PR time that cannot be
     physical, beyond its median's 95% interval, makes the case WRONG."""
-    from harness.bench.modes import mode_spec
+    from harness.bench.modes import mode_env, mode_spec
     from harness.bench.roofline import implausible, roofline
-    from harness.correctness.args import full_env
     from harness.timing.stats import summarize
 
     d = {k: v for k, v in d.items() if k not in ("method", "host")}
     case = next(c for c in spec.cases["bench"] if c.id == d["case_id"])
-    env = full_env(spec, case, d["dtype"])
-    spec = mode_spec(spec, d.get("mode", "fwd"))  # a bwd or full row's % of roofline is its own pass's
+    mode = d.get("mode", "fwd")
+    env = mode_env(spec, case, d["dtype"], mode)
+    spec = mode_spec(spec, mode)  # a bwd or full row's % of roofline is its own pass's
     pct = {}
     for side in ("base", "pr"):
         median = d[f"{side}_median_us"]
