@@ -144,7 +144,8 @@ def host_record(d: dict) -> CaseComparison | None:
     return CaseComparison(kernel=d["kernel"], dtype=d["dtype"], case_id=d["case_id"], shape=d["shape"],
                           headline=d["headline"], base_provider=d["base_provider"], pr_provider=d["pr_provider"],
                           noise=None, base_pct_roofline=None, pr_pct_roofline=None, dropped=0,
-                          gpu_index=d["gpu_index"], gpu_uuid=d["gpu_uuid"], metric="host", **fields)
+                          gpu_index=d["gpu_index"], gpu_uuid=d["gpu_uuid"], metric="host",
+                          **{"mode": d.get("mode", "fwd"), **fields})
 
 
 def failed(task, verdict: str, reason: str) -> dict:
