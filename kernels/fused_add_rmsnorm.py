@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import needs_bf16_rounding, round_to_bf16
+from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.rmsnorm import RMSNormConfig
 
 
@@ -92,7 +92,7 @@ def fused_add_rmsnorm(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.
     n_rows, n_cols = x.shape
     if x.numel() == 0:
         return
-    cfg = RMSNormConfig.for_shape(n_rows, n_cols)
+    cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
     _fused_add_rmsnorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
         x, residual, weight, n_rows, n_cols,
         x.stride(0), x.stride(1), residual.stride(0), residual.stride(1), weight.stride(0), eps,

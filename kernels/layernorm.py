@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import needs_bf16_rounding, round_to_bf16
+from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
 
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so the same launch heuristic:
 # rows packed per program while many remain, one row in registers up to 8192 columns, blocks beyond.
@@ -118,7 +118,7 @@ def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     n_rows, n_cols = x.shape
     if x.numel() == 0:
         return
-    cfg = RMSNormConfig.for_shape(n_rows, n_cols)
+    cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
     _layernorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
         x, weight, bias, out, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
