@@ -265,6 +265,28 @@ def test_build_cuda_without_nvcc(monkeypatch):
     assert cudabuild.build_cuda(aot_kernels.CUDA_SRC, nvcc="/nonexistent/nvcc").status.startswith("skipped")
 
 
+def test_an_interpreted_launch_leaves_triton_language_as_it_found_it():
+    """spill_kernel calls tl.sum, one of Triton's own @jit library functions: its call patches the builtins of
+    triton.language.core, a scope Triton drops. The layer restores them when the launch ends, so a compile
+    after an interpreter run in the same process builds real IR (it failed with "'value' object has no
+    attribute 'dtype'" after an xdist worker had run interpreted items)."""
+    k = load_planted(True)
+    if not isinstance(tl.sum, InterpretedFunction):
+        pytest.skip("triton.language was imported without TRITON_INTERPRET=1: no interpreter run possible")
+    import harness.interpreter as layer
+
+    layer.install()
+    owners = [tl, tl.core, tl.math, tl.core.tensor]
+    before = [dict(vars(o)) for o in owners]
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    k.spill(x=x, out=torch.empty_like(x))
+    changed = [(o.__name__, n) for o, b in zip(owners, before, strict=True) for n, v in vars(o).items()
+               if n in b and b[n] is not v]
+    assert changed == [], changed[:10]
+    rec, = aot.record_launches(load_planted(False).scale_add, dict(x=meta(4096), y=meta(4096), out=meta(4096)))
+    assert aot.compile_launch(rec, "sm_80").ok
+
+
 def test_interpreter_unharmed_by_compiling_interpreted_kernels():
     # spill_kernel calls tl.sum, itself an InterpretedFunction when triton.language was imported with
     # TRITON_INTERPRET=1; compiling swaps in JITFunctions for the time of the compile only

@@ -179,8 +179,9 @@ def test_a_backward_rows_roofline_reads_the_gradients_sizes(tmp_path):
     from harness.spec.load import load
     from tests.e2e import write_spec
 
-    extra = (BACKWARD.replace("backends.fast", "backends.triton") + '\n[backward.roofline]\nbytes = "bytes_x + bytes_w + bytes_grad_out + bytes_grad_x + '
-             'bytes_grad_w"\nflops = "3 * numel_x"\n')
+    roofline = ('\n[backward.roofline]\nbytes = "bytes_x + bytes_w + bytes_grad_out + bytes_grad_x + bytes_grad_w"\n'
+                'flops = "3 * numel_x"\n')
+    extra = BACKWARD.replace("backends.fast", "backends.triton") + roofline
     spec = load(write_spec(tmp_path, "scale", "tests.planted.broken_kernels:scale", extra=extra))
     spec = replace(spec, cases={**spec.cases, "bench": spec.cases["ci"]})
     ceilings = {"bandwidth_gbps": {"copy": 1000.0}, "copy_gbps": 1000.0, "matmul_tflops": {}}

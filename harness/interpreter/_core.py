@@ -101,18 +101,43 @@ class Namespace:
         del self._globs[name]
 
 
+def _language_owners() -> list[Any]:
+    """The namespaces Triton's interpreter patches: triton.language, its core module, math, the tensor classes."""
+    import triton.language as tl
+
+    return [tl, tl.core, tl.math, tl.core.tensor, tl.core.tensor_descriptor_base]
+
+
+def _snapshot() -> list[tuple[Any, dict]]:
+    return [(owner, dict(vars(owner))) for owner in _language_owners()]
+
+
 @dataclass
 class Launch:
     """One kernel launch in progress: the scopes of the layer's own per-launch patches, undone when it ends (a
     device function's call patches again, and Triton drops that scope: registered here, nothing the layer
-    patched outlives the launch), and what was patched already, so a device call does not patch it twice."""
+    patched outlives the launch), and what was patched already, so a device call does not patch it twice.
+
+    ``language``: triton.language's namespaces as they were when the launch began. A call of one of Triton's
+    own @jit library functions (triton.language.standard's, whose globals hold ``core``) patches the builtins
+    of ``triton.language.core`` and drops that scope too, which the launch's own scope (the kernel's ``tl``)
+    never recorded: ``tl.core.mul`` stayed the interpreter's, and a later ahead-of-time compile in the same
+    process built its IR with the interpreter's builder (``'value' object has no attribute 'dtype'``)."""
 
     scopes: list[Any] = field(default_factory=list)
     done: set[Any] = field(default_factory=set)
+    language: list[tuple[Any, dict]] = field(default_factory=_snapshot)
 
     def restore(self) -> None:
         for scope in reversed(self.scopes):
             scope.restore()
+        for owner, before in self.language:
+            for name, value in list(vars(owner).items()):
+                if name not in before:
+                    if callable(value) and not isinstance(value, type(os)):  # a patch; never a submodule
+                        delattr(owner, name)
+                elif before[name] is not value:
+                    setattr(owner, name, before[name])
 
 
 RUNS: list[Launch] = []
