@@ -26,6 +26,7 @@ from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.rmsnorm import RMSNormConfig
 from kernels.rmsnorm_bwd import (
     LAYERNORM_LIMITS,
+    LAYERNORM_RECOMPUTE_LIMITS,
     NormBwdConfig,
     accumulator,
     add_to_partial,
@@ -42,10 +43,10 @@ from kernels.rmsnorm_bwd import (
 
 @triton.jit
 def _layernorm_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols,
-    stride_xm, stride_xn, stride_w, stride_b, stride_om, stride_on, eps,
+    x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
+    stride_xm, stride_xn, stride_w, stride_b, stride_om, stride_on, stride_mean, stride_rstd, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    RNE_BF16: tl.constexpr,
+    RNE_BF16: tl.constexpr, STATS: tl.constexpr,
 ):  # fmt: skip
     # int64 offsets: rows * row stride passes 2**31 in the huge tier, and so can columns * column stride of
     # a column-major x
@@ -68,6 +69,9 @@ def _layernorm_kernel(
         if RNE_BF16:
             y = round_to_bf16(y)
         tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+        if STATS:  # after the row's stores, off the path from its loads to them
+            tl.store(mean_ptr + rows * stride_mean, mean, mask=rows < n_rows)
+            tl.store(rstd_ptr + rows * stride_rstd, rstd, mask=rows < n_rows)
     else:
         mean = tl.zeros([BLOCK_M], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of squared deviations from mean
@@ -84,6 +88,9 @@ def _layernorm_kernel(
             delta = block_mean - mean
             mean += delta * (count / total)
             m2 += tl.sum(xc * xc, axis=1) + delta * delta * (start * (count / total))
+        if STATS:
+            tl.store(mean_ptr + rows * stride_mean, mean, mask=rows < n_rows)
+            tl.store(rstd_ptr + rows * stride_rstd, tl.rsqrt(m2 / n_cols + eps), mask=rows < n_rows)
         rstd = tl.rsqrt(m2 / n_cols + eps)[:, None]
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
@@ -111,46 +118,69 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, eps: float,
-              has_bias: bool) -> None:
+              has_bias: bool, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None) -> None:
     """Triton LayerNorm; any strides on x, weight, bias and out. ``bias`` is not read (and may be None) unless
-    ``has_bias``."""
+    ``has_bias``. Given ``mean`` and ``rstd`` (fp32 ``[tokens]``, any stride), it writes each row's statistics
+    there too, for :func:`layernorm_bwd`."""
     _check_shapes(x, weight, bias, out, has_bias)
+    stats = _check_stats(x, mean, rstd, "layernorm")
     n_rows, n_cols = x.shape
     if x.numel() == 0:
+        if stats:  # an empty row's mean and variance: 0 / 0, as torch's
+            mean.fill_(float("nan"))
+            rstd.fill_(float("nan"))
         return
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
     _layernorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
-        x, weight, bias, out, n_rows, n_cols,
+        x, weight, bias, out, mean, rstd, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
-        out.stride(0), out.stride(1), eps,
+        out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=bool(has_bias),
-        RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps,
+        RNE_BF16=needs_bf16_rounding(out), STATS=stats, num_warps=cfg.num_warps,
     )  # fmt: skip
 
 
+def _check_stats(x: torch.Tensor, mean: torch.Tensor | None, rstd: torch.Tensor | None, who: str) -> bool:
+    """Whether both statistics are given, each a ``[tokens]`` tensor of x's accumulation type."""
+    if mean is None and rstd is None:
+        return False
+    want = torch.float64 if x.dtype == torch.float64 else torch.float32
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if t is None or t.shape != x.shape[:1] or t.dtype != want:
+            got = "None" if t is None else f"{tuple(t.shape)} {t.dtype}"
+            raise ValueError(f"{who}: expected {name} [{x.shape[0]}] {want} (mean and rstd together), got {got}")
+    return True
+
+
 def layernorm_ref(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, eps: float,
-                  has_bias: bool) -> None:
+                  has_bias: bool, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None) -> None:
     """Plain torch, in fp32 or the inputs' precision if higher: centred before squaring (two passes)."""
     acc = torch.promote_types(x.dtype, torch.float32)
     xf = x.to(acc)
-    xc = xf - xf.mean(dim=-1, keepdim=True)
-    y = xc * torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.to(acc)
+    mu = xf.mean(dim=-1, keepdim=True)
+    xc = xf - mu
+    r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
+    y = xc * r * weight.to(acc)
     if has_bias:
         y = y + bias.to(acc)
     out.copy_(y)
+    if mean is not None:
+        mean.copy_(mu.squeeze(-1))
+        rstd.copy_(r.squeeze(-1))
 
 
 def layernorm_torch(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, eps: float,
-                    has_bias: bool) -> torch.Tensor:
+                    has_bias: bool, mean=None, rstd=None) -> torch.Tensor:
     """torch.nn.functional.layer_norm on the case's own dtype (its fused kernel, fp32 statistics), returning
-    its own output so the timing holds no copy into ``out``."""
+    its own output so the timing holds no copy into ``out``; its statistics stay inside its autograd node."""
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias if has_bias else None, eps)
 
 
 def layernorm_liger(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
-                    eps: float, has_bias: bool) -> torch.Tensor:
-    """Liger-Kernel 0.8's LayerNorm (LigerLayerNormFunction), returning Liger's own output. Liger's kernel
-    always reads a bias: a caller without one passes zeros, and pays for its dbias in the backward."""
+                    eps: float, has_bias: bool, mean=None, rstd=None) -> torch.Tensor:
+    """Liger-Kernel 0.8's LayerNorm (LigerLayerNormFunction), returning Liger's own output (its mean and rstd, in
+    x's dtype, stay in its ctx). Liger's kernel always reads a bias: a caller without one passes zeros, and pays
+    for its dbias in the backward."""
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
     return LigerLayerNormFunction.apply(x, weight, bias if has_bias else torch.zeros_like(weight), eps)
@@ -160,17 +190,20 @@ def layernorm_liger(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 # Backward. With xhat = (x - mean) * rstd and g = dy * w:
 #     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))     (means over the row)
 #     dw = sum over rows of dy * xhat,   db = sum over rows of dy
-# Saved tensors: x and weight; mean and rstd are recomputed (kernels/rmsnorm_bwd.py says why), in the pass
-# that sums g and g * xhat anyway. dw and db are reduced in the same two deterministic stages as RMSNorm's
-# dweight, with its launch configuration but LAYERNORM_LIMITS (each program writes one partial row of each).
+# Saved tensors: x, weight and the forward's mean and rstd (fp32 [tokens], as torch.native_layer_norm and Liger
+# save them). Given them, a row's two sums, of g and g * xhat, wait for nothing; recomputing them (a caller of
+# another forward passes x and weight alone) puts the mean's sum before the centred ones, in the pass that sums g
+# and g * xhat anyway. dw and db are reduced in the same two deterministic stages as RMSNorm's dweight, with its
+# launch configuration but LAYERNORM_LIMITS (each program writes one partial row of each).
 #
 # Measured on an H200 as kernels/rmsnorm_bwd.py says (bytes: x, dy, dx, w, dw and db once each; copy 4260 GB/s):
 # 16384 x 4096 bf16 122.3 us, 3291 GB/s (77%); fp32 221.5 us, 3636 GB/s (85%); 32768 x 4096 bf16 229.7 us (82%).
 # Four row sums against RMSNorm's two leave it short of RMSNorm's 83%. Since then (the harness's engine, L2
 # flushed; reports/h200/experiments/backward/layernorm_probe*.log): dw and db summed in one launch and a row loop
-# 5 stages deep, 16384 x 4096 bf16 from 119.0 us to 111.4 us. Rows longer than 4096 columns go blockwise
-# and fall far short: 332 us (28%) at 4096 x 16384; 8192-column rows, kept in registers at 16 or 32 warps, ran
-# 189-202 us (47-50%) at 8192 x 8192 but spilled, and the blockwise path they now take is not measured there.
+# 5 stages deep, 16384 x 4096 bf16 from 119.0 us to 111.4 us; the forward's statistics took the first kernel
+# from 105.9 us to 101.0 us (round 5). Rows longer than 4096 columns go blockwise and fall far short: 332 us
+# (28%) at 4096 x 16384; 8192-column rows, kept in registers at 16 or 32 warps, ran 189-202 us (47-50%) at
+# 8192 x 8192 but spilled, and the blockwise path they now take is not measured there.
 #
 # A row longer than one block is summed blockwise in its first pass, without ever forming sum(g * x) (which
 # would cancel as E[x^2] - E[x]^2 does when |mean| >> std): each block's mean, centred sum of squares, sum of g
@@ -182,10 +215,10 @@ def layernorm_liger(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 # a row count of 1 specialised (decode) made ptxas pick other, spilling register budgets
 @triton.jit(do_not_specialize=["n_rows", "rows_per_program"])
 def _layernorm_bwd_kernel(
-    x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, n_rows, n_cols, rows_per_program, stride_part,
-    stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
+    x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, rows_per_program, stride_part,
+    stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, stride_mean, stride_rstd, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACC: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    ACC: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr, HAS_STATS: tl.constexpr,
 ):  # fmt: skip
     pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
     dw_row = part_ptr + pid * n_cols  # this program's partial row of dw; db's is stride_part further
@@ -199,16 +232,31 @@ def _layernorm_bwd_kernel(
             rows = r0 + tl.arange(0, BLOCK_M)
             x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
                                     stride_dyn, ACC, EVEN_N)
-            xc = x - (tl.sum(x, axis=1) / n_cols)[:, None]
-            if not EVEN_N:  # padding columns; with EVEN_N a row past the chunk is 0 and so is its mean
-                xc = tl.where(mask, xc, 0.0)
             g = dy * w
-            # three row sums that wait for none of each other: mean(g * xhat) = rstd * mean(g * xc)
-            rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)[:, None]
-            mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
-            mean_gxhat = (tl.sum(g * xc, axis=1) / n_cols)[:, None] * rstd
-            xhat = xc * rstd
-            store_dx(dx_ptr, rows, cols, stride_dxm, stride_dxn, (g - mean_g - xhat * mean_gxhat) * rstd, mask)
+            if HAS_STATS:  # the forward's: two row sums, neither waiting for the other
+                row_ok = rows < row_end
+                mean = tl.load(mean_ptr + rows * stride_mean, mask=row_ok, other=0.0).to(ACC)[:, None]
+                rstd = tl.load(rstd_ptr + rows * stride_rstd, mask=row_ok, other=0.0).to(ACC)[:, None]
+                # centred before scaling: x * rstd - mean * rstd would lose |mean| * rstd * 2^-24 of each xhat
+                xhat = x - mean
+                if not EVEN_N:
+                    xhat = tl.where(mask, xhat, 0.0)
+                xhat = xhat * rstd
+                mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
+                mean_gxhat = (tl.sum(g * xhat, axis=1) / n_cols)[:, None]
+                # rstd * (g - mean_g - xhat * mean_gxhat) in two fused multiply-adds an element
+                dx = g * rstd - (xhat * (mean_gxhat * rstd) + mean_g * rstd)
+            else:
+                xc = x - (tl.sum(x, axis=1) / n_cols)[:, None]
+                if not EVEN_N:  # padding columns; with EVEN_N a row past the chunk is 0 and so is its mean
+                    xc = tl.where(mask, xc, 0.0)
+                # three row sums that wait for none of each other: mean(g * xhat) = rstd * mean(g * xc)
+                rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)[:, None]
+                mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
+                mean_gxhat = (tl.sum(g * xc, axis=1) / n_cols)[:, None] * rstd
+                xhat = xc * rstd
+                dx = (g - mean_g - xhat * mean_gxhat) * rstd
+            store_dx(dx_ptr, rows, cols, stride_dxm, stride_dxn, dx, mask)
             acc_w += dy * xhat
             if HAS_BIAS:
                 acc_b += dy
@@ -224,26 +272,38 @@ def _layernorm_bwd_kernel(
         n_blocks = tl.cdiv(n_cols, BLOCK_N)
         for r0 in range(row_start, row_end, BLOCK_M):
             rows = r0 + tl.arange(0, BLOCK_M)
-            mean = tl.zeros([BLOCK_M], dtype=ACC)
-            m2 = tl.zeros([BLOCK_M], dtype=ACC)  # sum of (x - mean)**2
             sum_g = tl.zeros([BLOCK_M], dtype=ACC)
             cross = tl.zeros([BLOCK_M], dtype=ACC)  # sum of g * (x - mean)
-            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = c0 + cols
-                x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn, stride_dym,
-                                        stride_dyn, ACC, False)
-                g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
-                count = tl.sum((c < n_cols).to(ACC), axis=0)
-                block_mean = tl.sum(x, axis=1) / count
-                xc = tl.where(mask, x - block_mean[:, None], 0.0)
-                block_g = tl.sum(g, axis=1)
-                total = c0 + count
-                delta = block_mean - mean
-                cross += tl.sum(g * xc, axis=1) + delta * (c0 * block_g - count * sum_g) / total
-                mean += delta * (count / total)
-                m2 += tl.sum(xc * xc, axis=1) + delta * delta * (c0 * (count / total))
-                sum_g += block_g
-            rstd = tl.rsqrt(m2 / n_cols + eps)[:, None]
+            if HAS_STATS:
+                row_ok = rows < row_end
+                mean = tl.load(mean_ptr + rows * stride_mean, mask=row_ok, other=0.0).to(ACC)
+                rstd = tl.load(rstd_ptr + rows * stride_rstd, mask=row_ok, other=0.0).to(ACC)[:, None]
+                for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                    c = c0 + cols
+                    x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn,
+                                            stride_dym, stride_dyn, ACC, False)
+                    g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
+                    sum_g += tl.sum(g, axis=1)
+                    cross += tl.sum(g * tl.where(mask, x - mean[:, None], 0.0), axis=1)
+            else:
+                mean = tl.zeros([BLOCK_M], dtype=ACC)
+                m2 = tl.zeros([BLOCK_M], dtype=ACC)  # sum of (x - mean)**2
+                for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                    c = c0 + cols
+                    x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, c, row_end, n_cols, stride_xm, stride_xn,
+                                            stride_dym, stride_dyn, ACC, False)
+                    g = dy * load_vector(w_ptr, c, stride_w, n_cols, ACC)
+                    count = tl.sum((c < n_cols).to(ACC), axis=0)
+                    block_mean = tl.sum(x, axis=1) / count
+                    xc = tl.where(mask, x - block_mean[:, None], 0.0)
+                    block_g = tl.sum(g, axis=1)
+                    total = c0 + count
+                    delta = block_mean - mean
+                    cross += tl.sum(g * xc, axis=1) + delta * (c0 * block_g - count * sum_g) / total
+                    mean += delta * (count / total)
+                    m2 += tl.sum(xc * xc, axis=1) + delta * delta * (c0 * (count / total))
+                    sum_g += block_g
+                rstd = tl.rsqrt(m2 / n_cols + eps)[:, None]
             mean = mean[:, None]
             mean_g = (sum_g / n_cols)[:, None]
             mean_gxhat = (cross / n_cols)[:, None] * rstd
@@ -275,11 +335,14 @@ def _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_b
 
 def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
                   grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool,
-                  config: NormBwdConfig | None = None) -> None:
+                  config: NormBwdConfig | None = None, mean: torch.Tensor | None = None,
+                  rstd: torch.Tensor | None = None) -> None:
     """Triton LayerNorm backward into grad_x, grad_weight and (when ``has_bias``) grad_bias; any strides on every
     tensor, grad_out's zero strides included. ``grad_bias`` is not written (and may be None) unless ``has_bias``,
-    as the forward's bias is not read. Deterministic."""
+    as the forward's bias is not read. ``mean`` and ``rstd``, the forward's statistics (:func:`layernorm`), are
+    read where given, else recomputed from x. Deterministic."""
     _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias)
+    stats = _check_stats(x, mean, rstd, "layernorm_bwd")
     has_bias = bool(has_bias)
     grads = (grad_weight, grad_bias) if has_bias else (grad_weight,)
     n_rows, n_cols = x.shape
@@ -289,23 +352,25 @@ def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tens
         return
     if n_cols == 0:
         return
-    cfg = config_for(x, grad_out, config, "layernorm_bwd", LAYERNORM_LIMITS)
+    cfg = config_for(x, grad_out, config, "layernorm_bwd", LAYERNORM_LIMITS if stats else LAYERNORM_RECOMPUTE_LIMITS)
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
     partials = torch.empty((len(grads), programs, n_cols), dtype=acc_torch, device=x.device)
     _layernorm_bwd_kernel[(programs,)](
-        x, weight, grad_out, grad_x, partials, n_rows, n_cols, cfg.rows_per_program, partials.stride(0),
+        x, weight, grad_out, grad_x, partials, mean, rstd, n_rows, n_cols, cfg.rows_per_program, partials.stride(0),
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
-        grad_x.stride(0), grad_x.stride(1), eps,
+        grad_x.stride(0), grad_x.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=acc_tl,
-        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), num_warps=cfg.num_warps,
+        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), HAS_STATS=stats, num_warps=cfg.num_warps,
     )  # fmt: skip
     sum_partials(partials, grads)
 
 
 def layernorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
-                      grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool) -> None:
-    """The closed form in plain torch, in fp32 or the inputs' precision if higher."""
+                      grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool,
+                      mean=None, rstd=None) -> None:
+    """The closed form in plain torch, in fp32 or the inputs' precision if higher; the statistics recomputed
+    from x at that precision (a forward's ``mean`` and ``rstd`` are taken and not read)."""
     acc = torch.promote_types(x.dtype, torch.float32)
     xf, dy = x.to(acc), grad_out.to(acc)
     xc = xf - xf.mean(dim=-1, keepdim=True)
@@ -325,7 +390,7 @@ class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
         ctx.has_bias = bias is not None
-        return norm_forward(ctx, layernorm, x, weight, eps, bias=bias, has_bias=ctx.has_bias)
+        return norm_forward(ctx, layernorm, x, weight, eps, stats=True, bias=bias, has_bias=ctx.has_bias)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):

@@ -37,6 +37,7 @@ sm_100 (the shipped blocks of 2048 at 8 warps are not measured yet).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -63,12 +64,14 @@ class NormBwdLimits:
 # RMSNorm keeps rows of up to 8192 columns in registers (at 32 warps: 16 spilled on unaligned rows); LayerNorm,
 # with a second accumulator (dbias), up to 4096 (8192 spilled at 16 and 32 warps), and takes longer rows in
 # blocks of 4096 at 16 warps, where RMSNorm's spilled and it takes blocks of 2048 at 8 warps.
-# Stages: at 16384 x 4096 bf16, 3 took RMSNorm from 156 us (1 stage) to 113 us; LayerNorm's first kernel, with
-# two more row sums between a row's loads and its stores, went from 108.6 us at 3 to 105.7 us at 5
+# Stages: at 16384 x 4096 bf16, 3 took RMSNorm from 156 us (1 stage) to 113 us. LayerNorm's first kernel given
+# the forward's mean and rstd is fastest at 3 too (101.0 us; 2: 129.3, 4: 103.5); recomputing them, with a mean
+# summed before the centred sums, it went from 108.6 us at 3 to 105.7 us at 5
 # (reports/h200/experiments/backward/layernorm_probe*.log). Either way two programs' buffers fit an SM's shared
 # memory on sm_80 too (5 stages keep 4 tiles of 16 KiB: 128 KiB for two programs, of 164).
 RMSNORM_LIMITS = NormBwdLimits(max_block_n=8192, long_block_n=2048, max_stages=3, stage_bytes=64 << 10)
-LAYERNORM_LIMITS = NormBwdLimits(max_block_n=4096, long_block_n=4096, max_stages=5, stage_bytes=80 << 10)
+LAYERNORM_LIMITS = NormBwdLimits(max_block_n=4096, long_block_n=4096, max_stages=3, stage_bytes=64 << 10)
+LAYERNORM_RECOMPUTE_LIMITS = dataclasses.replace(LAYERNORM_LIMITS, max_stages=5, stage_bytes=80 << 10)
 # Elements per iteration on a row kept in registers: one row of 4096 or 8192 columns, several shorter ones.
 _TILE = 4096
 _LONG_BLOCK_M = 2
@@ -268,10 +271,11 @@ def _sum_partials_kernel(part_ptr, out0_ptr, out1_ptr, n_parts, n_cols, stride_k
 
 
 # Columns and partial rows per program of the partial sum, the fastest on the H200 at 16384 x 4096 bf16 (261
-# partial rows; reports/h200/experiments/backward/layernorm_probe.py): 16 x 256 at 4 warps, 5.2 us for one
-# gradient (32 x 64, the earlier choice, 7.0 us); both of LayerNorm's in one launch cost less than a second one.
+# partial rows, all summed in one step; reports/h200/experiments/backward/layernorm_probe*.log): 16 x 512 at 4
+# warps, 4.9 us for one gradient and 5.7 us for two (16 x 256: 5.2 and 6.0; 32 x 64, the first choice, 7.0 us
+# for one); both of LayerNorm's in one launch cost less than a second launch.
 _SUM_BLOCK_N = 16
-_SUM_BLOCK_P = 256
+_SUM_BLOCK_P = 512
 _SUM_WARPS = 4
 
 
@@ -355,15 +359,24 @@ def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # The autograd.Functions of RMSNorm and LayerNorm (kernels/layernorm.py) share their skeleton: both launchers
-# take rows, and both backwards take the same saved tensors (x's rows and weight, the statistics recomputed).
+# take rows, and both backwards take x's rows and weight (RMSNorm recomputes rstd; LayerNorm's forward saves its
+# mean and rstd as well).
 
 
-def norm_forward(ctx, forward, x: torch.Tensor, weight: torch.Tensor, eps: float, **kwargs) -> torch.Tensor:
+def norm_forward(ctx, forward, x: torch.Tensor, weight: torch.Tensor, eps: float, stats: bool = False,
+                 **kwargs) -> torch.Tensor:
     """``forward`` (a destination-passing norm over the last dimension) on x's rows into a new output, in x's
-    shape; saves what :func:`norm_backward` takes."""
+    shape; saves what :func:`norm_backward` takes. With ``stats`` the forward also writes each row's ``mean``
+    and ``rstd`` (in the accumulation type), which are saved too."""
     x2, out = as_rows(x)
-    forward(x=x2, weight=weight, out=out, eps=eps, **kwargs)
-    ctx.save_for_backward(x2, weight)
+    kept = {}
+    if stats:
+        acc = accumulator(x2)[0]
+        kept = {"mean": torch.empty(x2.shape[0], dtype=acc, device=x.device),
+                "rstd": torch.empty(x2.shape[0], dtype=acc, device=x.device)}
+    forward(x=x2, weight=weight, out=out, eps=eps, **kept, **kwargs)
+    ctx.save_for_backward(x2, weight, *kept.values())
+    ctx.stats = tuple(kept)
     ctx.eps = eps
     return out.view(x.shape)
 
@@ -372,11 +385,11 @@ def norm_backward(ctx, backward, grad_out: torch.Tensor, params=("weight",), abs
     """``backward`` on the rows :func:`norm_forward` saved: grad_x in grad_out's shape, then one gradient of
     weight's shape per name in ``params`` (passed as ``grad_<name>``; None for a name in ``absent`` and where
     autograd needs none). Each is written whether or not it is needed: one launch computes them all."""
-    x2, weight = ctx.saved_tensors
+    x2, weight, *stats = ctx.saved_tensors
     _, grad_x = as_rows(x2)
     grads = {p: None if p in absent else torch.empty_like(weight) for p in params}
     backward(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x, eps=ctx.eps,
-             **{f"grad_{p}": g for p, g in grads.items()}, **kwargs)
+             **{f"grad_{p}": g for p, g in grads.items()}, **dict(zip(ctx.stats, stats, strict=True)), **kwargs)
     need = ctx.needs_input_grad[1:1 + len(grads)]
     return grad_x.view(grad_out.shape), *(g if n else None for g, n in zip(grads.values(), need, strict=True))
 

@@ -65,6 +65,15 @@ def _layout(t: torch.Tensor, how: str) -> torch.Tensor:
     return t
 
 
+def _strided(t: torch.Tensor, how: str) -> torch.Tensor:
+    """A vector's values every other element of a buffer (any layout but contiguous)."""
+    if how == "contiguous":
+        return t
+    wide = torch.full((2 * t.shape[0],), 7.0, dtype=t.dtype)
+    wide[::2] = t
+    return wide[::2]
+
+
 def _grad_out(shape, dtype, how: str, gen) -> torch.Tensor:
     if how == "expanded":  # what autograd hands the backward of y.sum() * c
         return torch.randn((), generator=gen).to(dtype).expand(*shape)
@@ -108,6 +117,21 @@ def _ln_forward(case, p):
                                           1e-5)
 
 
+def _ln_saved(stats: bool):
+    """x and weight, and with ``stats`` each row's mean and rstd as the forward saves them (fp32, fp64 for fp64
+    x), computed in fp64."""
+    def saved(case, p, y):
+        x = p["x"]
+        if not stats:
+            return {"x": x, "weight": p["weight"]}
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        xd = x.double()
+        mean = xd.mean(-1)
+        rstd = torch.rsqrt((xd - mean[:, None]).pow(2).mean(-1) + 1e-5)
+        return {"x": x, "weight": p["weight"], "mean": mean.to(acc), "rstd": rstd.to(acc)}
+    return saved
+
+
 def _silu_forward(case, p):
     return torch.nn.functional.silu(p["x"][:, : case.cols]) * p["x"][:, case.cols:]
 
@@ -117,9 +141,8 @@ KERNELS = {
         "rmsnorm", rmsnorm_bwd, rmsnorm_bwd_ref, _norm_primals, _rms_forward,
         saved=lambda case, p, y: {"x": p["x"], "weight": p["weight"]},
         grads=lambda case: {"x": "grad_x", "weight": "grad_weight"}, params=lambda case: {"eps": 1e-6}),
-    "layernorm": Kernel(
-        "layernorm", layernorm_bwd, layernorm_bwd_ref, _norm_primals, _ln_forward,
-        saved=lambda case, p, y: {"x": p["x"], "weight": p["weight"]},
+    "layernorm": Kernel(  # mean and rstd recomputed from x
+        "layernorm", layernorm_bwd, layernorm_bwd_ref, _norm_primals, _ln_forward, saved=_ln_saved(False),
         grads=lambda case: {"x": "grad_x", "weight": "grad_weight", **({"bias": "grad_bias"} if case.has_bias else {})},
         params=lambda case: {"eps": 1e-5, "has_bias": case.has_bias} | ({} if case.has_bias else {"grad_bias": None})),
     "silu_and_mul": Kernel(  # cols is d: x is [rows, 2 * d]
@@ -145,11 +168,14 @@ NORM_CASES = {
     "dy=expanded": Case(83, 256, dy="expanded"), "dy=broadcast": Case(29, 200, dy="broadcast", config=LONG),
     "saved=transposed": Case(83, 256, saved="transposed"), "saved=padded": Case(29, 200, saved="padded", config=LONG),
 }
+# the forward's statistics given: the same backward's other path
+KERNELS["layernorm-stats"] = dataclasses.replace(KERNELS["layernorm"], name="layernorm-stats", saved=_ln_saved(True))
+LN_CASES = {**NORM_CASES, "shift=6": Case(83, 769, shift=6.0), "long-shift=10": Case(29, 200, config=LONG, shift=10.0),
+            "no-bias": Case(5, 256, has_bias=False), "long-no-bias": Case(29, 200, config=LONG, has_bias=False)}
 CASES = {
     "rmsnorm": NORM_CASES,
-    "layernorm": {**NORM_CASES, "shift=6": Case(83, 769, shift=6.0),
-                  "long-shift=10": Case(29, 200, config=LONG, shift=10.0), "no-bias": Case(5, 256, has_bias=False),
-                  "long-no-bias": Case(29, 200, config=LONG, has_bias=False)},
+    "layernorm-stats": {k: c for k, c in LN_CASES.items() if k not in ("dy=transposed", "dy=padded", "dy=broadcast")},
+    "layernorm": LN_CASES,
     "silu_and_mul": {
         "rows=0": Case(0, 128), "rows=1": Case(1, 128), "d=7": Case(3, 7), "d=769": Case(5, 769),
         "tiles": Case(83, 130, config=SiluAndMulConfig(block_m=16, block_n=64, num_warps=1)),
@@ -171,7 +197,8 @@ def _setup(kernel: Kernel, case: Case, dtype: torch.dtype, seed: int = 0):
     primals = kernel.primals(case, dtype, gen)
     with torch.no_grad():
         y = kernel.forward(case, {k: v.to(_upcast(dtype)) for k, v in primals.items()}).to(dtype)
-    saved = {k: _layout(v, case.saved) if v.dim() == 2 else v for k, v in kernel.saved(case, primals, y).items()}
+    saved = {k: _layout(v, case.saved) if v.dim() == 2 else _strided(v, case.saved) if k in ("mean", "rstd") else v
+             for k, v in kernel.saved(case, primals, y).items()}
     grad_out = _grad_out((case.rows, kernel.out_cols(case)), dtype, case.dy, gen)
     outs = {g: _layout(torch.full_like(primals[p], float("nan")), case.saved) if primals[p].dim() == 2
             else torch.full_like(primals[p], float("nan")) for p, g in kernel.grads(case).items()}

@@ -151,7 +151,7 @@ def backward_job(job, device, reference, seed: int):
     bpass = BackwardPass(job, args, dev)
     check = None
     if job.provider.name != "reference":  # the eager reference's gradients are the reference: not re-checked
-        ref_fn = reference_backward(job.spec, dev)
+        ref_fn = reference_backward(job.spec, dev, args.env, job.dtype)
         ctx = CaseContext(job.spec, job.provider.name, job.dtype, job.case, seed, device.arch, dev)
         ref = reference.get(("backward",) + reference_key(ctx), functools.partial(_reference, gspec, args, ref_fn,
                                                                                    job.dtype))

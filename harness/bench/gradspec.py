@@ -41,7 +41,7 @@ def grad_spec(spec: Spec) -> GradSpec:
         return dataclasses.replace(t, name=grad_name(t.name), output=output, values=normal, inplace=False,
                                    contiguous=False, tolerance=None, specials=())
 
-    tensors = (spec.inputs + tuple(like(t, False) for t in spec.outputs)
+    tensors = (spec.inputs + tuple(like(t, False) for t in spec.differentiable_outputs)
                + tuple(like(t, True) for t in spec.inputs if t.name in b.inputs))
     same = {f.name: getattr(spec, f.name) for f in dataclasses.fields(Spec)}
     return GradSpec(**{**same, "tensors": tensors, "roofline": b.roofline, "waivers": {}}, forward=spec)
@@ -72,7 +72,8 @@ def forward_fn(spec: Spec, fn, outs: list, device, compile_it: bool = False):
 def differentiate(outs: dict, leaves: dict, grad_outputs: dict, retain: bool) -> dict:
     """The gradients of ``outs`` (output name -> tensor) with ``grad_outputs`` (by grad name) w.r.t. ``leaves``,
     by gradient name; zeros for an input no output depends on (the reference's gradient is then zero)."""
-    live = [n for n, o in outs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+    live = [n for n, o in outs.items() if isinstance(o, torch.Tensor) and o.requires_grad
+            and grad_name(n) in grad_outputs]  # not an output declared grad = false
     got = torch.autograd.grad([outs[n] for n in live], list(leaves.values()),
                               [grad_outputs[grad_name(n)] for n in live], retain_graph=retain,
                               allow_unused=True) if live else [None] * len(leaves)
@@ -80,19 +81,23 @@ def differentiate(outs: dict, leaves: dict, grad_outputs: dict, retain: bool) ->
             for (n, x), g in zip(leaves.items(), got, strict=True)}
 
 
-def reference_backward(spec: Spec, device):
+def reference_backward(spec: Spec, device, env: dict, dtype: str):
     """The gradients by autograd through ``spec``'s reference, as a destination-passing function of the grad
-    spec's arguments, at the precision they come in (``reference_args`` upcasts them)."""
+    spec's arguments, at the precision they come in (``reference_args`` upcasts them); ``env`` and ``dtype``, the
+    case's, size the buffers of the outputs no gradient flows from (grad = false)."""
+    from harness.correctness.args import reference_dtype
     from harness.spec.imports import resolve_import
 
     ref = resolve_import(spec.reference)
+    kept = [(t.name, shape_of(t, env), reference_dtype(tensor_dtype(t, dtype), dtype, spec.reference_precision))
+            for t in spec.outputs if not t.grad and t.is_present(env)]
 
     def backward(**kw):
         inputs = {t.name: kw.get(t.name) for t in spec.inputs}
         leaves = {n: inputs[n].detach().clone().requires_grad_() for n in spec.backward.inputs
                   if inputs.get(n) is not None}
-        outs = [(t.name, tuple(kw[grad_name(t.name)].shape), kw[grad_name(t.name)].dtype) for t in spec.outputs
-                if kw.get(grad_name(t.name)) is not None]
+        outs = [(t.name, tuple(kw[grad_name(t.name)].shape), kw[grad_name(t.name)].dtype)
+                for t in spec.differentiable_outputs if kw.get(grad_name(t.name)) is not None] + kept
         fn = forward_fn(spec, ref, outs, device)
         with torch.enable_grad():
             values = fn(**{**inputs, **leaves}, **{n: kw[n] for n in spec.params if n in kw})

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from harness.correctness.args import clone_args, is_zero_size, make_args, reference_args
-from harness.correctness.checks import TimedCheck, returned_outputs
+from harness.correctness.checks import TimedCheck, compared, returned_outputs
 from harness.correctness.numerics import mismatch
 from harness.correctness.registry import CheckFailure
 
@@ -80,7 +80,7 @@ class ProbedCheck:
         self.probes += 1
         self._sync()
         returned = returned_outputs(c.spec, c.value, c.args.absent)
-        for t in c.args.passed(c.spec.written):
+        for t in compared(c.args.passed(c.spec.written), returned):
             got = returned.get(t.name, c.args.tensors[t.name])
             problem = mismatch(got, self.fresh_ref[t.name], c.spec.tolerance(c.dtype, t.name, c.case),
                                atol_floor=c.spec.atol_floor)

@@ -47,19 +47,36 @@ def returned_outputs(spec: Spec, value, absent=()) -> dict:
     """What a call returned, by written tensor name: {} for None (it wrote its arguments), a tensor for the
     single written one, a tuple in ``spec.written`` order or a dict by name (an absent optional input left
     out). Peers whose library returns new tensors return them, so their timing holds no copy into the
-    harness's buffers; the checks and the op (:mod:`harness.correctness.ops`) read them the same way."""
+    harness's buffers; the checks and the op (:mod:`harness.correctness.ops`) read them the same way.
+
+    A call may leave out the outputs no gradient flows from (``grad = false``: statistics a library's
+    autograd.Function keeps in its ctx, as Liger's LayerNorm does its mean and rstd); they are then not compared
+    for it (:func:`compared`)."""
     names = [t.name for t in spec.written if t.name not in absent]
+    kept = {t.name for t in spec.outputs if not t.grad}
+    without = [n for n in names if n not in kept]
     if value is None:
         return {}
     if isinstance(value, dict):
-        if sorted(value) != sorted(names):
+        if sorted(value) not in (sorted(names), sorted(without)):
             raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
-                            f"{', '.join(names)}")
+                            f"{', '.join(names)}{_alone(names, without)}")
         return dict(value)
     value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-    if len(value) != len(names):
-        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}")
-    return dict(zip(names, value, strict=True))
+    if len(value) not in (len(names), len(without)):
+        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}"
+                        f"{_alone(names, without)}")
+    return dict(zip(names if len(value) == len(names) else without, value, strict=True))
+
+
+def _alone(names: list[str], without: list[str]) -> str:
+    return f" (or {', '.join(without)} alone)" if without != names else ""
+
+
+def compared(tensors, returned: dict) -> tuple[Tensor, ...]:
+    """Those of ``tensors`` a call's results are compared on: every one, but an output a call that returned
+    its outputs left out (one no gradient flows from: :func:`returned_outputs`)."""
+    return tuple(t for t in tensors if not returned or t.name in returned)
 
 
 def case_seed(spec: Spec, dtype: str, case: Case, base_seed: int = 0) -> int:

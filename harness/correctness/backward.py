@@ -69,7 +69,7 @@ def draw_grad_outputs(spec, args: Arguments, dtype: str, seed: int, grads: str, 
     gen = torch.Generator(device=next(iter(args.tensors.values())).device if args.tensors else "cpu")
     gen.manual_seed(zlib.crc32(f"grad|{seed}".encode()) & 0x7FFFFFFF)
     out, grd = {}, {}
-    for i, t in enumerate(spec.outputs):
+    for i, t in enumerate(spec.differentiable_outputs):
         if t.name not in args.tensors:
             continue
         x = args.tensors[t.name]
@@ -109,7 +109,8 @@ def reference_grads(spec, pristine: Arguments, grad_outputs: dict, dtype: str) -
 def _grads(outs: dict, leaves: dict, grad_outputs: dict, who: str) -> dict[str, torch.Tensor]:
     """torch.autograd.grad of ``outs`` with ``grad_outputs`` w.r.t. ``leaves``; an input no output depends on
     gets None (the caller decides whether that is right)."""
-    live = [n for n, o in outs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+    live = [n for n, o in outs.items() if isinstance(o, torch.Tensor) and o.requires_grad
+            and n in grad_outputs]  # not an output declared grad = false
     if not live or not leaves:
         return dict.fromkeys(leaves)
     got = torch.autograd.grad([outs[n] for n in live], list(leaves.values()),
@@ -205,14 +206,19 @@ def _forward_reference(spec, pristine: Arguments, dtype: str) -> dict:
 
 
 def autograd_outputs(spec, value, args: Arguments) -> dict:
-    names = [t.name for t in spec.outputs if t.name in args.tensors]
+    """The differentiable outputs an autograd callable returned, by name: every output in declaration order, or
+    those with a gradient alone (an autograd.Function keeps what it saves, grad = false outputs, to itself)."""
+    every = [t.name for t in spec.outputs if t.name in args.tensors]
+    names = [t.name for t in spec.differentiable_outputs if t.name in args.tensors]
     if isinstance(value, dict):
         outs = dict(value)
     else:
         value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-        if len(value) != len(names):
-            raise CheckFailure("autograd", f"returned {len(value)} outputs; {spec.name} has {', '.join(names)}")
-        outs = dict(zip(names, value, strict=True))
+        if len(value) not in (len(every), len(names)):
+            alone = f" (or {', '.join(names)} alone)" if names != every else ""
+            raise CheckFailure("autograd", f"returned {len(value)} outputs; {spec.name} has {', '.join(every)}"
+                                           f"{alone}")
+        outs = dict(zip(every if len(value) == len(every) else names, value, strict=True))
     for n in names:
         o, want = outs.get(n), tuple(args.tensors[n].shape)
         if not isinstance(o, torch.Tensor) or tuple(o.shape) != want:

@@ -49,7 +49,7 @@ def _reference_of(run, values: Arguments) -> dict:
 
 def _compare(name: str, run, got: dict, ref: dict, what: str) -> None:
     c = run.ctx
-    for t in run.args.passed(c.spec.written):
+    for t in run.compared:
         problem = mismatch(got[t.name], ref[t.name], c.spec.tolerance(c.dtype, t.name, c.case))
         if problem:
             raise CheckFailure(name, f"{t.name}: {what}: {problem}")

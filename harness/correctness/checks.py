@@ -22,6 +22,7 @@ from harness.correctness import behaviour, calls, guards, numerics, poison  # no
 from harness.correctness.args import (
     Arguments,
     clone_args,
+    compared,
     is_zero_size,
     make_args,
     reference_args,
@@ -150,7 +151,7 @@ class TimedCheck:
 
     def verify(self) -> None:
         returned = returned_outputs(self.spec, self.value, self.args.absent)
-        for t in self.args.passed(self.spec.written):
+        for t in compared(self.args.passed(self.spec.written), returned):
             if t.inplace and (t.name not in returned or _aliases(returned[t.name], self.args.tensors[t.name])):
                 continue  # an in-place input holds the result of every call so far, not of one
             got = returned.get(t.name, self.args.tensors[t.name])
@@ -206,7 +207,14 @@ class CaseRun:
             if not isinstance(x, torch.Tensor) or tuple(x.shape) != want:
                 got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
                 raise CheckFailure("numerics", f"{name}: returned {got}, expected shape {want}")
-        return {t.name: returned.get(t.name, args.tensors[t.name]) for t in args.passed(self.ctx.spec.written)}
+        return {t.name: returned.get(t.name, args.tensors[t.name])
+                for t in compared(args.passed(self.ctx.spec.written), returned)}
+
+    @property
+    def compared(self) -> tuple:
+        """The written tensors the checks compare: every one, but a statistic (grad = false) that a call
+        returning its outputs left out."""
+        return compared(self.args.passed(self.ctx.spec.written), dict.fromkeys(self.returned))
 
     @functools.cached_property
     def ref(self) -> dict[str, torch.Tensor]:

@@ -252,7 +252,7 @@ def _all_finite(x: torch.Tensor) -> bool:
 
 @check("nan_inf")
 def check_nan_inf(run) -> None:
-    for t in run.args.passed(run.ctx.spec.written):
+    for t in run.compared:
         g, e = run.got[t.name], run.ref[t.name]
         if not g.dtype.is_floating_point or _all_finite(g) and _all_finite(e):
             continue
@@ -269,7 +269,7 @@ def check_nan_inf(run) -> None:
 @check("numerics")
 def check_numerics(run) -> None:
     spec, dtype = run.ctx.spec, run.ctx.dtype
-    for t in run.args.passed(spec.written):
+    for t in run.compared:
         problem = mismatch(run.got[t.name], run.ref[t.name], spec.tolerance(dtype, t.name, run.ctx.case))
         if problem:
             raise CheckFailure("numerics", f"{t.name}: {problem}")

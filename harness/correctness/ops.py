@@ -88,6 +88,8 @@ def _results(spec: Spec, values: dict, outs: dict, returned: dict) -> dict[str, 
             x.copy_(y)
     results, storages = {}, {_storage(x) for x in values.values() if isinstance(x, torch.Tensor)}
     for t in spec.outputs:
+        if returned and t.name not in returned:  # a statistic (grad = false) the call kept: zeros, defined
+            outs[t.name].zero_()
         y = returned.get(t.name, outs[t.name])
         if _storage(y) in storages:
             # custom_op forbids an output that aliases an input or another output (a library that returns its

@@ -114,7 +114,8 @@ def first_index(mask: torch.Tensor) -> tuple[int, ...]:
 
 @check("poison")
 def check_poison(run):
-    outputs = [t for t in run.ctx.spec.outputs if t.name not in run.returned]
+    # a statistic (grad = false) that a call returning its outputs left out is not compared, so not here either
+    outputs = [t for t in run.compared if t.output and t.name not in run.returned]
     if not outputs:
         return NOT_APPLICABLE  # every output came back from the call: there is no buffer that could be unwritten
     candidates = {t.name: poisoned_mask(run.got[t.name], 0) for t in outputs}

@@ -70,6 +70,8 @@ def read_backward(r: Reader, t, tensors: list[Tensor], params, backends, dtypes,
     if any(x.inplace for x in tensors):
         r.problem("backward", "a kernel with inplace inputs cannot declare a backward: the harness compares the "
                               "gradients of [outputs] only")
+    if not any(x.output and x.grad for x in tensors) and any(x.output for x in tensors):
+        r.problem("backward", "every output is grad = false: no gradient flows back to an input")
     grad_outputs = r.get(t, "grad_outputs", str, "backward", default="random")
     if grad_outputs not in GRAD_OUTPUTS:
         r.problem("backward.grad_outputs", f'unknown way "{grad_outputs}"{did_you_mean(grad_outputs, GRAD_OUTPUTS)} '
@@ -139,7 +141,7 @@ def _roofline(r: Reader, t, tensors: list[Tensor], inputs) -> Roofline | None:
         return None
     # A tensor symbol must name a tensor the backward has; the case's own symbols are checked when evaluated
     # (this reader is not handed them).
-    known = [x.name for x in tensors] + [grad_name(x.name) for x in tensors if x.output]
+    known = [x.name for x in tensors] + [grad_name(x.name) for x in tensors if x.output and x.grad]
     known += [grad_name(n) for n in inputs]
     for key, e in (("read_bytes", roof.read_bytes), ("write_bytes", roof.write_bytes), ("bytes", roof.bytes),
                    ("flops", roof.flops)):

@@ -104,7 +104,7 @@ def _backward_keywords(spec) -> dict[str, str]:
     from harness.spec.backward import grad_name
 
     names = {n: f"backward.saved ({n})" for n in spec.backward.saved}
-    names.update({grad_name(t.name): f"outputs.{t.name}, its gradient" for t in spec.outputs})
+    names.update({grad_name(t.name): f"outputs.{t.name}, its gradient" for t in spec.differentiable_outputs})
     names.update({grad_name(n): f"backward.inputs ({n}), its gradient" for n in spec.backward.inputs})
     return {**names, **{n: f"params.{n}" for n in spec.params}}
 

@@ -291,8 +291,8 @@ def _shape(r: Reader, t: dict, key: str) -> tuple[list, ex.Expr | None]:
 
 def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     key = f"{'outputs' if output else 'inputs'}.{name}"
-    allowed = ["shape", "dtype", "tolerance"] + ([] if output else ["values", "inplace", "contiguous", "specials",
-                                                                   "present"])
+    allowed = ["shape", "dtype", "tolerance"] + (["grad"] if output else ["values", "inplace", "contiguous",
+                                                                         "specials", "present"])
     r.keys(t, allowed, key, required=["shape"])
     if not output and isinstance(t.get("shape"), str):
         r.problem(f"{key}.shape", "expected a list of dimensions: a whole-shape expression is for outputs (an "
@@ -326,7 +326,8 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     if None in dims or values is None and not output or "present" in t and present is None:
         return None
     return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()), inplace,
-                  r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials, present, whole)
+                  r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials, present, whole,
+                  r.get(t, "grad", bool, key, default=True))
 
 
 def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:

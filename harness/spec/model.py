@@ -120,6 +120,10 @@ class Tensor:
     # An output whose rank depends on the case: one expression evaluating to the list of dimensions
     # ("[BT, V] if reduction == 'none' else []"), instead of one expression per dimension.
     shape_expr: ex.Expr | None = None
+    # False: an output no gradient flows back from, what a forward saves for its own backward (LayerNorm's mean
+    # and rstd, as torch.native_layer_norm returns them): the backward gets no grad_<name> for it, and an
+    # autograd callable may return the other outputs alone.
+    grad: bool = True
 
     @property
     def fixed_dtype(self) -> str | None:
@@ -297,6 +301,11 @@ class Spec:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return tuple(t for t in self.tensors if t.output)
+
+    @property
+    def differentiable_outputs(self) -> tuple[Tensor, ...]:
+        """The outputs a gradient flows back from: each gets a grad output in the backward."""
+        return tuple(t for t in self.outputs if t.grad)
 
     @property
     def written(self) -> tuple[Tensor, ...]:

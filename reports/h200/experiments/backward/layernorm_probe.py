@@ -17,6 +17,7 @@ partial-sum launch per gradient, and no ``EVEN_N``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -27,8 +28,10 @@ import triton
 import triton.language as tl
 
 from harness.timing.engine import TimingConfig, measure
-from kernels.layernorm import LAYERNORM_LIMITS, _layernorm_bwd_kernel, layernorm_bwd, layernorm_bwd_ref
+from kernels.layernorm import _layernorm_bwd_kernel, layernorm, layernorm_bwd, layernorm_bwd_ref
 from kernels.rmsnorm_bwd import (
+    LAYERNORM_RECOMPUTE_LIMITS,
+    NormBwdConfig,
     _rmsnorm_bwd_kernel,
     _sum_partials_kernel,
     config_for,
@@ -74,6 +77,33 @@ def _ln_bwd_one_phase(
     tl.store(db_row + cols, tl.sum(acc_b, axis=0), mask=cols < n_cols)
 
 
+@triton.jit
+def _ln_fwd_variant(x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n_cols, eps, BLOCK_N: tl.constexpr,
+                    MODE: tl.constexpr):
+    """The shipped forward's one-row, one-pass path (contiguous, exact rows), its statistics stored as MODE says:
+    0 none, 1 mean and rstd (as shipped), 2 the mean alone, 3 both in one 8-byte store, 4 both as 0-d scalars."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row.to(tl.int64) * n_cols + cols).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = x - mean
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+    y = xc * rstd * tl.load(w_ptr + cols).to(tl.float32) + tl.load(b_ptr + cols).to(tl.float32)
+    tl.store(out_ptr + row.to(tl.int64) * n_cols + cols, y.to(out_ptr.dtype.element_ty))
+    if MODE == 1:
+        r = row + tl.arange(0, 1)
+        tl.store(mean_ptr + r, tl.full([1], 0, tl.float32) + mean)
+        tl.store(rstd_ptr + r, tl.full([1], 0, tl.float32) + rstd)
+    elif MODE == 2:
+        tl.store(mean_ptr + row, mean)
+    elif MODE == 3:
+        two = tl.arange(0, 2)
+        tl.store(mean_ptr + 2 * row + two, tl.where(two == 0, mean, rstd))
+    elif MODE == 4:
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=Path)
@@ -91,19 +121,41 @@ def main() -> None:
     dy = torch.randn_like(x)
     w = torch.randn(N, device=dev, dtype=torch.bfloat16)
     gx, gw, gb = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
-    cfg = config_for(x, dy, None, "probe", LAYERNORM_LIMITS)
+    cfg = config_for(x, dy, None, "probe", LAYERNORM_RECOMPUTE_LIMITS)  # the rounds before the forward's stats
     programs = cfg.programs(R)
     part = torch.empty((2, programs, N), device=dev, dtype=torch.float32)
     grid = (programs,)
     common = (x, w, dy, gx, part, R, N, cfg.rows_per_program, part.stride(0), x.stride(0), x.stride(1),
               w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0), gx.stride(1), 1e-5)
+    # the forward's statistics, for the shipped kernel's HAS_STATS path (round 4)
+    mean, rstd = torch.empty(R, device=dev), torch.empty(R, device=dev)
+    layernorm(x=x, weight=w, bias=w, out=torch.empty_like(x), eps=1e-5, has_bias=True, mean=mean, rstd=rstd)
+    shipped = (x, w, dy, gx, part, mean, rstd, R, N, cfg.rows_per_program, part.stride(0), x.stride(0), x.stride(1),
+               w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0), gx.stride(1), 1, 1, 1e-5)
 
     even = cfg.even(N)
 
-    def first(has_bias=True, even=even, stages=cfg.num_stages):
-        return lambda: _layernorm_bwd_kernel[grid](*common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+    def first(has_bias=True, even=even, stages=cfg.num_stages, stats=False):
+        return lambda: _layernorm_bwd_kernel[grid](*shipped, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                                    SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=tl.float32,
-                                                   STAGES=stages, EVEN_N=even, num_warps=cfg.num_warps)
+                                                   STAGES=stages, EVEN_N=even, HAS_STATS=stats,
+                                                   num_warps=cfg.num_warps)
+
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+
+    def per_sm(block_m, warps, stages, stats, programs_per_sm=1):
+        """layernorm_bwd with one (or more) persistent programs per SM of ``block_m`` rows per iteration."""
+        rpp = triton.cdiv(triton.cdiv(R, sms * programs_per_sm), block_m) * block_m
+        c = NormBwdConfig(block_m=block_m, block_n=cfg.block_n, num_warps=warps, single_pass=True,
+                          rows_per_program=rpp, num_stages=stages)
+        kw = dict(mean=mean, rstd=rstd) if stats else {}
+        return lambda: layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+                                     has_bias=True, config=c, **kw)
+
+    fwd_out = torch.empty_like(x)
+    def fwd(stats):
+        kw = dict(mean=mean, rstd=rstd) if stats else {}
+        return lambda: layernorm(x=x, weight=w, bias=w, out=fwd_out, eps=1e-5, has_bias=True, **kw)
 
     def one_phase(warps=cfg.num_warps, stages=cfg.num_stages):
         return lambda: _ln_bwd_one_phase[grid](*common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float32,
@@ -143,7 +195,28 @@ def main() -> None:
         "rmsnorm first kernel, 5 stages": rms(stages=5),
         "rmsnorm first kernel, 6 stages": rms(stages=6),
         "one-phase first kernel": one_phase(),
+        "layernorm_bwd (shipped), stats": lambda: layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx,
+                                                                grad_weight=gw, grad_bias=gb, eps=1e-5,
+                                                                has_bias=True, mean=mean, rstd=rstd),
+        "first kernel, stats, 2 stages": first(stages=2, stats=True),
+        "first kernel, stats, 3 stages": first(stages=3, stats=True),
+        "first kernel, stats, 4 stages": first(stages=4, stats=True),
+        "first kernel, stats, 5 stages": first(stages=5, stats=True),
+        "first kernel, stats, 6 stages": first(stages=6, stats=True),
+        "layernorm forward": fwd(False),
+        "layernorm forward, stats": fwd(True),
     }
+    pair = torch.empty(2 * R, device=dev)
+    for mode, label in enumerate(("none", "mean and rstd, [1] stores", "mean alone", "one 8-byte store",
+                                  "mean and rstd, scalar stores")):
+        cases[f"forward variant, {label}"] = functools.partial(
+            lambda m: _ln_fwd_variant[(R,)](x, w, w, fwd_out, pair if m == 3 else mean, rstd, N, 1e-5, BLOCK_N=N,
+                                            MODE=m, num_warps=8), mode)
+    for bm, warps in ((2, 16), (1, 8)):
+        for stages in (2, 3, 4):
+            for stats in (False, True):
+                cases[f"1 program/SM, {bm} row(s) x {warps} warps, {stages} stages{', stats' if stats else ''}"] = \
+                    per_sm(bm, warps, stages, stats)
     for bn, bp, warps in [(32, 64, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (16, 128, 4), (8, 256, 2),
                           (32, 512, 8), (8, 512, 4)]:
         cases[f"sum one, BN={bn} BP={bp} w={warps}"] = sum_one(bn, bp, warps)
@@ -179,8 +252,11 @@ def main() -> None:
 
 def accuracy(args, cfg, grid, common, x, dy, w, gx, part, even, rows) -> None:
     R, N, dev = x.shape[0], x.shape[1], x.device
-    # accuracy of the one-phase sums, rows offset far from zero (|mean| >> std) and rows of unit scale
+    # accuracy, rows offset far from zero (|mean| >> std) and rows of unit scale: the shipped backward with
+    # the statistics recomputed and with the forward's, and the one-phase sums
     ref_x = torch.empty(R, N, device=dev, dtype=torch.float64)
+    gw, gb = torch.empty_like(w), torch.empty_like(w)
+    mean, rstd = torch.empty(R, device=dev), torch.empty(R, device=dev)
     for label, offset in (("unit rows", 0.0), ("rows at 1e3 + N(0, 1)", 1e3), ("rows at 1e2 + N(0, 1)", 1e2)):
         xx = (torch.randn(R, N, device=dev) + offset).to(torch.bfloat16)
         ref_gx = torch.empty_like(ref_x)
@@ -188,15 +264,21 @@ def accuracy(args, cfg, grid, common, x, dy, w, gx, part, even, rows) -> None:
                                                                                         dtype=torch.float64)
         layernorm_bwd_ref(x=xx.double(), weight=w.double(), grad_out=dy.double(), grad_x=ref_gx, grad_weight=ref_gw,
                           grad_bias=ref_gb, eps=1e-5, has_bias=True)
-        for kname, launch in (("shipped", _layernorm_bwd_kernel), ("one-phase", _ln_bwd_one_phase)):
-            extra = dict(SINGLE_PASS=cfg.single_pass, HAS_BIAS=True, EVEN_N=even) if kname == "shipped" else {}
-            launch[grid](xx, *common[1:], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float32,
-                         STAGES=cfg.num_stages, num_warps=cfg.num_warps, **extra)
+        layernorm(x=xx, weight=w, bias=w, out=torch.empty_like(xx), eps=1e-5, has_bias=True, mean=mean, rstd=rstd)
+        for kname in ("shipped", "shipped, stats", "one-phase"):
+            if kname == "one-phase":
+                _ln_bwd_one_phase[grid](xx, *common[1:], BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float32,
+                                        STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+                dw = part[0].sum(0).double()
+            else:
+                kw = dict(mean=mean, rstd=rstd) if kname.endswith("stats") else {}
+                layernorm_bwd(x=xx, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+                              has_bias=True, **kw)
+                dw = gw.double()
             err = ((gx.double() - ref_gx).norm() / ref_gx.norm()).item()
-            dw = part[0].sum(0).double()
             errw = ((dw - ref_gw).norm() / ref_gw.norm()).item()
             rows.append(dict(name=f"accuracy {kname}, {label}", dx_rel_err=err, dw_rel_err=errw))
-            print(f"accuracy {kname:9s} {label:24s} dx normwise rel err {err:.3e}, dw {errw:.3e}", flush=True)
+            print(f"accuracy {kname:14s} {label:24s} dx normwise rel err {err:.3e}, dw {errw:.3e}", flush=True)
 
 
 if __name__ == "__main__":
