@@ -233,6 +233,7 @@ def _layernorm_bwd_kernel(
             x, dy, mask = load_x_dy(x_ptr, dy_ptr, rows, cols, row_end, n_cols, stride_xm, stride_xn, stride_dym,
                                     stride_dyn, ACC, EVEN_N)
             g = dy * w
+            mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
             if HAS_STATS:  # the forward's: two row sums, neither waiting for the other
                 row_ok = rows < row_end
                 mean = tl.load(mean_ptr + rows * stride_mean, mask=row_ok, other=0.0).to(ACC)[:, None]
@@ -242,7 +243,6 @@ def _layernorm_bwd_kernel(
                 if not EVEN_N:
                     xhat = tl.where(mask, xhat, 0.0)
                 xhat = xhat * rstd
-                mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
                 mean_gxhat = (tl.sum(g * xhat, axis=1) / n_cols)[:, None]
                 # not g * rstd - (xhat * c1 + mean_g * rstd): fused, g * rstd's rounding is left over where the
                 # terms cancel (hidden = 1 on the H200: dx 1.3e-5 where it is 0)
@@ -253,7 +253,6 @@ def _layernorm_bwd_kernel(
                     xc = tl.where(mask, xc, 0.0)
                 # three row sums that wait for none of each other: mean(g * xhat) = rstd * mean(g * xc)
                 rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)[:, None]
-                mean_g = (tl.sum(g, axis=1) / n_cols)[:, None]
                 mean_gxhat = (tl.sum(g * xc, axis=1) / n_cols)[:, None] * rstd
                 xhat = xc * rstd
                 dx = (g - mean_g - xhat * mean_gxhat) * rstd

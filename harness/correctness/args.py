@@ -53,27 +53,35 @@ def returned_outputs(spec: Spec, value, absent=()) -> dict:
     autograd.Function keeps in its ctx, as Liger's LayerNorm does its mean and rstd); they are then not compared
     for it (:func:`compared`)."""
     names = [t.name for t in spec.written if t.name not in absent]
-    kept = {t.name for t in spec.outputs if not t.grad}
-    without = [n for n in names if n not in kept]
     if value is None:
         return {}
+    without = [n for n in names if n not in {t.name for t in spec.outputs if not t.grad}]
+    got = by_name(value, names, without)
+    if isinstance(got, str):
+        raise TypeError(f"{got}; {spec.name} writes {', '.join(names)}{alone(names, without)}")
+    return got
+
+
+def by_name(value, names: list[str], without: list[str]) -> dict | str:
+    """A returned tensor, tuple or dict by name: all of ``names`` in order, or ``without`` them (the grad = false
+    outputs left out); else what was returned, in words, for the caller's error."""
     if isinstance(value, dict):
-        if sorted(value) not in (sorted(names), sorted(without)):
-            raise TypeError(f"returned outputs {', '.join(sorted(map(str, value)))}; {spec.name} writes "
-                            f"{', '.join(names)}{_alone(names, without)}")
-        return dict(value)
+        if sorted(value) in (sorted(names), sorted(without)):
+            return dict(value)
+        return f"returned outputs {', '.join(sorted(map(str, value)))}"
     value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-    if len(value) not in (len(names), len(without)):
-        raise TypeError(f"returned {len(value)} outputs; {spec.name} writes {', '.join(names)}"
-                        f"{_alone(names, without)}")
-    return dict(zip(names if len(value) == len(names) else without, value, strict=True))
+    for order in (names, without):
+        if len(value) == len(order):
+            return dict(zip(order, value, strict=True))
+    return f"returned {len(value)} outputs"
 
 
-def _alone(names: list[str], without: list[str]) -> str:
+def alone(names: list[str], without: list[str]) -> str:
+    """The error's note on the outputs that may come back alone, where there are any to leave out."""
     return f" (or {', '.join(without)} alone)" if without != names else ""
 
 
-def compared(tensors, returned: dict) -> tuple[Tensor, ...]:
+def compared(tensors, returned) -> tuple[Tensor, ...]:
     """Those of ``tensors`` a call's results are compared on: every one, but an output a call that returned
     its outputs left out (one no gradient flows from: :func:`returned_outputs`)."""
     return tuple(t for t in tensors if not returned or t.name in returned)

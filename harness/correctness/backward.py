@@ -27,6 +27,8 @@ from harness.correctness import guards
 from harness.correctness.args import (
     Arguments,
     _copy_into,
+    alone,
+    by_name,
     clone_args,
     make_args,
     reference_dtype,
@@ -210,15 +212,10 @@ def autograd_outputs(spec, value, args: Arguments) -> dict:
     those with a gradient alone (an autograd.Function keeps what it saves, grad = false outputs, to itself)."""
     every = [t.name for t in spec.outputs if t.name in args.tensors]
     names = [t.name for t in spec.differentiable_outputs if t.name in args.tensors]
-    if isinstance(value, dict):
-        outs = dict(value)
-    else:
-        value = (value,) if isinstance(value, torch.Tensor) else tuple(value)
-        if len(value) not in (len(every), len(names)):
-            alone = f" (or {', '.join(names)} alone)" if names != every else ""
-            raise CheckFailure("autograd", f"returned {len(value)} outputs; {spec.name} has {', '.join(every)}"
-                                           f"{alone}")
-        outs = dict(zip(every if len(value) == len(every) else names, value, strict=True))
+    # a dict is taken as it is: a missing output is named below, by its shape check
+    outs = dict(value) if isinstance(value, dict) else by_name(value, every, names)
+    if isinstance(outs, str):
+        raise CheckFailure("autograd", f"{outs}; {spec.name} has {', '.join(every)}{alone(every, names)}")
     for n in names:
         o, want = outs.get(n), tuple(args.tensors[n].shape)
         if not isinstance(o, torch.Tensor) or tuple(o.shape) != want:

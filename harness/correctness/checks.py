@@ -214,7 +214,7 @@ class CaseRun:
     def compared(self) -> tuple:
         """The written tensors the checks compare: every one, but a statistic (grad = false) that a call
         returning its outputs left out."""
-        return compared(self.args.passed(self.ctx.spec.written), dict.fromkeys(self.returned))
+        return compared(self.args.passed(self.ctx.spec.written), self.returned)
 
     @functools.cached_property
     def ref(self) -> dict[str, torch.Tensor]:
