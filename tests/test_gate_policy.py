@@ -128,3 +128,15 @@ def test_a_gradients_tolerance_is_policy_listed_and_judged_by_the_base(tmp_path)
     assert pr.grad_tolerance("bf16", "w", pr.cases["ci"][0]).rtol == 0.5
     judged = policy.effective(pr, base)
     assert judged.backward.tolerances == {} and judged.grad_tolerance("bf16", "w", pr.cases["ci"][0]).rtol < 0.5
+
+
+def test_an_output_made_grad_false_is_policy_listed_and_judged_by_the_base(tmp_path):
+    """grad = false lets a call that returns its outputs leave that output uncompared: a pull request that sets
+    it has the change listed, and is judged with the base's flag (the output compared)."""
+    base = _spec(tmp_path / "base")
+    pr = _spec(tmp_path / "pr")
+    pr = dataclasses.replace(pr, tensors=tuple(dataclasses.replace(t, grad=False) if t.name == "out" else t
+                                               for t in pr.tensors))
+    found = {c.field: (c.base, c.pr) for c in policy.changes("tiny", base, pr)}
+    assert found == {"outputs.out.grad": ("(unset)", "false")}
+    assert [t.grad for t in policy.effective(pr, base).outputs] == [True]
