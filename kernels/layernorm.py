@@ -15,15 +15,18 @@ ones with Chan's parallel Welford update, then read again to normalise.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
 from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
 
-# Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so the same launch heuristic:
-# rows packed per program while many remain, one row in registers up to 8192 columns, blocks beyond.
-from kernels.rmsnorm import RMSNormConfig
+# Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so RMSNorm's launch heuristic where
+# _ONE_PASS (below) has no measured entry: rows packed per program while many remain, one row in registers up to
+# 8192 columns, blocks beyond.
+from kernels.rmsnorm import _MIN_PROGRAMS, RMSNormConfig
 from kernels.rmsnorm_bwd import (
     LAYERNORM_LIMITS,
     LAYERNORM_RECOMPUTE_LIMITS,
@@ -46,7 +49,7 @@ def _layernorm_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
     stride_xm, stride_xn, stride_w, stride_b, stride_om, stride_on, stride_mean, stride_rstd, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    RNE_BF16: tl.constexpr, STATS: tl.constexpr,
+    RNE_BF16: tl.constexpr, STATS: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     # int64 offsets: rows * row stride passes 2**31 in the huge tier, and so can columns * column stride of
     # a column-major x
@@ -56,22 +59,40 @@ def _layernorm_kernel(
     o_rows = out_ptr + rows[:, None] * stride_om
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
     if SINGLE_PASS:
+        # EVEN (whole blocks of rows exactly one block wide) drops every mask: with them, 8192-column rows that
+        # store their statistics ran 73.3 us against 64.4 us without the statistics (probe round 3)
         col_ok = cols < n_cols
         mask = row_ok & col_ok[None, :]
-        x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        if EVEN:
+            x = tl.load(x_rows + cols[None, :] * stride_xn).to(tl.float32)
+            w = tl.load(w_ptr + cols * stride_w).to(tl.float32)
+        else:
+            x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(mask, x - mean[:, None], 0.0)
+        xc = x - mean[:, None]
+        if not EVEN:
+            xc = tl.where(mask, xc, 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         y = xc * rstd[:, None] * w[None, :]
         if HAS_BIAS:
-            y += tl.load(b_ptr + cols * stride_b, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            if EVEN:
+                y += tl.load(b_ptr + cols * stride_b).to(tl.float32)[None, :]
+            else:
+                y += tl.load(b_ptr + cols * stride_b, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if RNE_BF16:
             y = round_to_bf16(y)
-        tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+        if EVEN:
+            tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty))
+        else:
+            tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
         if STATS:  # after the row's stores, off the path from its loads to them
-            tl.store(mean_ptr + rows * stride_mean, mean, mask=rows < n_rows)
-            tl.store(rstd_ptr + rows * stride_rstd, rstd, mask=rows < n_rows)
+            if EVEN:
+                tl.store(mean_ptr + rows * stride_mean, mean)
+                tl.store(rstd_ptr + rows * stride_rstd, rstd)
+            else:
+                tl.store(mean_ptr + rows * stride_mean, mean, mask=rows < n_rows)
+                tl.store(rstd_ptr + rows * stride_rstd, rstd, mask=rows < n_rows)
     else:
         mean = tl.zeros([BLOCK_M], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of squared deviations from mean
@@ -106,6 +127,26 @@ def _layernorm_kernel(
             tl.store(o_rows + c[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+# One-pass launches by row length (a power of two): rows per program and warps, the fastest of the probe's
+# variants on an H200 (reports/h200/experiments/layernorm_fwd/, rounds 1-3, bf16 with the statistics stored).
+# RMSNorm's rule, 16 elements a thread, leaves LayerNorm's second row sum (it waits for the first) exposed: 66.4 us
+# at 16384 x 4096 against a copy's 62.0. About 32 a thread, and two rows a program up to 4096 columns, took it to
+# 64.4 us. Rows up to 32768 columns take one pass (16384: 72.0 us, against 106.6 us read twice blockwise).
+_ONE_PASS = {256: (16, 4), 512: (4, 2), 1024: (2, 4), 2048: (2, 4), 4096: (2, 8), 8192: (1, 8), 16384: (1, 8),
+             32768: (1, 32)}
+
+
+def forward_config(n_rows: int, n_cols: int, interpreted: bool = False) -> RMSNormConfig:
+    """RMSNorm's launch rule, but _ONE_PASS's where a row length is listed and enough rows remain to fill the GPU
+    with it (decode-sized batches keep RMSNorm's, which spreads a row over more threads)."""
+    cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted)
+    block_n = max(triton.next_power_of_2(n_cols), 16)
+    tuned = _ONE_PASS.get(block_n)
+    if interpreted or tuned is None or n_rows < tuned[0] * _MIN_PROGRAMS:
+        return cfg
+    return replace(cfg, block_m=tuned[0], block_n=block_n, num_warps=tuned[1], single_pass=True)
+
+
 def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
                   has_bias: bool) -> None:
     hidden = x.shape[-1] if x.dim() else -1
@@ -130,13 +171,14 @@ def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
             mean.fill_(float("nan"))
             rstd.fill_(float("nan"))
         return
-    cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
+    cfg = forward_config(n_rows, n_cols, interpreted(x))
     _layernorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
         x, weight, bias, out, mean, rstd, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
         out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=bool(has_bias),
-        RNE_BF16=needs_bf16_rounding(out), STATS=stats, num_warps=cfg.num_warps,
+        RNE_BF16=needs_bf16_rounding(out), STATS=stats,
+        EVEN=cfg.single_pass and n_cols == cfg.block_n and n_rows % cfg.block_m == 0, num_warps=cfg.num_warps,
     )  # fmt: skip
 
 
