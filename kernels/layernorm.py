@@ -65,20 +65,21 @@ def _layernorm_kernel(
         mask = row_ok & col_ok[None, :]
         if EVEN:
             x = tl.load(x_rows + cols[None, :] * stride_xn).to(tl.float32)
-            w = tl.load(w_ptr + cols * stride_w).to(tl.float32)
         else:
             x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
         xc = x - mean[:, None]
         if not EVEN:
             xc = tl.where(mask, xc, 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = xc * rstd[:, None] * w[None, :]
-        if HAS_BIAS:
-            if EVEN:
+        # weight and bias loaded after the sums, so that their registers are not held across them
+        if EVEN:
+            y = xc * rstd[:, None] * tl.load(w_ptr + cols * stride_w).to(tl.float32)[None, :]
+            if HAS_BIAS:
                 y += tl.load(b_ptr + cols * stride_b).to(tl.float32)[None, :]
-            else:
+        else:
+            y = xc * rstd[:, None] * tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            if HAS_BIAS:
                 y += tl.load(b_ptr + cols * stride_b, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if RNE_BF16:
             y = round_to_bf16(y)
