@@ -203,9 +203,15 @@ def layernorm_ref(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, 
     mu = xf.mean(dim=-1, keepdim=True)
     xc = xf - mu
     r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
-    y = xc * r * weight.to(acc)
-    if has_bias:
-        y = y + bias.to(acc)
+    tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    if tracked:  # differentiated (the backward's reference): out of place, as autograd needs
+        y = xc * r * weight.to(acc)
+        if has_bias:
+            y = y + bias.to(acc)
+    else:  # in place: one row-sized temporary, not three (fp32 cases at 2**31 elements upcast to 17 GB each)
+        y = xc.mul_(r).mul_(weight.to(acc))
+        if has_bias:
+            y.add_(bias.to(acc))
     out.copy_(y)
     if mean is not None:
         mean.copy_(mu.squeeze(-1))

@@ -217,6 +217,11 @@ def main() -> None:
             for stats in (False, True):
                 cases[f"1 program/SM, {bm} row(s) x {warps} warps, {stages} stages{', stats' if stats else ''}"] = \
                     per_sm(bm, warps, stages, stats)
+    # round 8: two rows a program, as the forward's fastest launch (reports/h200/experiments/layernorm_fwd/)
+    for bm, warps in ((2, 8), (2, 16), (1, 8), (2, 4)):
+        for stages in (2, 3, 4):
+            cases[f"2 programs/SM, {bm} row(s) x {warps} warps, {stages} stages, stats"] = \
+                per_sm(bm, warps, stages, True, programs_per_sm=2)
     for bn, bp, warps in [(32, 64, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (16, 128, 4), (8, 256, 2),
                           (32, 512, 8), (8, 512, 4)]:
         cases[f"sum one, BN={bn} BP={bp} w={warps}"] = sum_one(bn, bp, warps)
