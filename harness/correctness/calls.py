@@ -38,13 +38,21 @@ def _poison_outputs(args: Arguments, spec) -> None:
         poison(args.tensors[t.name], 0)
 
 
-def _reference_of(run, values: Arguments) -> dict:
-    c = run.ctx
-    # reference_args copies already: a clone first held one more copy of the case at the stale check's peak
-    # (layernorm fp32 at 2**31 elements ran out of memory there on the H200)
-    ref_args = reference_args(c.spec, values, c.dtype)
+def _rewrite_inputs(run, args: Arguments) -> Arguments:
+    """Writes inputs of other values into ``args`` in place (the same data pointers) and poisons its outputs;
+    returns the reference's arguments for those values. The new values' own buffers go before the reference runs:
+    a case at 2**31 elements holds several copies already (layernorm fp32 ran out of memory at the stale check on
+    the H200 when they stayed)."""
+    spec = run.ctx.spec
+    other = _other_inputs(run)
+    _write_inputs(args, other, spec)
+    _poison_outputs(args, spec)
+    return reference_args(spec, other, run.ctx.dtype)
+
+
+def _reference_on(run, ref_args: Arguments) -> dict:
     value = run.ref_fn(**ref_args.kwargs())
-    if str(c.device).startswith("cuda"):
+    if str(run.ctx.device).startswith("cuda"):
         torch.cuda.synchronize()
     return run._written(ref_args, value)
 
@@ -70,16 +78,13 @@ def _needs_cuda(run, name: str):
 def check_stale(run):
     if not _applies(run):
         return NOT_APPLICABLE
-    spec = run.ctx.spec
     run.second  # noqa: B018 - its outputs are compared before these buffers are reused
     args = run.second_args  # called once already: whatever the kernel caches for these buffers, it has cached
-    other = _other_inputs(run)
-    _write_inputs(args, other, spec)  # in place: the same data pointers, new values
-    _poison_outputs(args, spec)
+    ref_args = _rewrite_inputs(run, args)
     value = run.fn(**args.kwargs())
     if str(run.ctx.device).startswith("cuda"):
         torch.cuda.synchronize()
-    _compare("stale", run, run._written(args, value), _reference_of(run, other),
+    _compare("stale", run, run._written(args, value), _reference_on(run, ref_args),
              "a second call on the same buffers, with new values written into its inputs, does not match their "
              "reference (a replayed or cached result?)")
     return None
@@ -125,7 +130,6 @@ def check_graph(run):
         return NOT_APPLICABLE
     if not str(run.ctx.device).startswith("cuda"):
         return _needs_cuda(run, "graph")
-    spec = run.ctx.spec
     args = clone_args(run.pristine)
     side = torch.cuda.Stream(device=run.ctx.device)
     side.wait_stream(torch.cuda.current_stream())
@@ -143,12 +147,10 @@ def check_graph(run):
         torch.cuda.synchronize()
         raise CheckFailure("graph", f"cannot be captured in a CUDA graph: {type(cause).__name__}: "
                                     f"{text[0] if text else ''}"[:400]) from None
-    other = _other_inputs(run)
-    _write_inputs(args, other, spec)
-    _poison_outputs(args, spec)
+    ref_args = _rewrite_inputs(run, args)
     graph.replay()
     torch.cuda.synchronize()
-    _compare("graph", run, run._written(args, value), _reference_of(run, other),
+    _compare("graph", run, run._written(args, value), _reference_on(run, ref_args),
              "the captured graph, replayed after new values were copied into its inputs, does not match their "
              "reference (a result cached on the host?)")
     return None
