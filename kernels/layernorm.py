@@ -59,41 +59,31 @@ def _layernorm_kernel(
     o_rows = out_ptr + rows[:, None] * stride_om
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
     if SINGLE_PASS:
-        # EVEN (whole blocks of rows exactly one block wide) drops every mask: with them, 8192-column rows that
-        # store their statistics ran 73.3 us against 64.4 us without the statistics (probe round 3)
-        col_ok = cols < n_cols
-        mask = row_ok & col_ok[None, :]
+        # EVEN (whole blocks of rows exactly one block wide) drops every mask, as the probe's fastest variants had
+        # none (reports/h200/experiments/layernorm_fwd/; the masks' cost alone was not measured)
         if EVEN:
-            x = tl.load(x_rows + cols[None, :] * stride_xn).to(tl.float32)
+            mask, col_mask, row_mask, other = None, None, None, None
         else:
-            x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
+            col_mask = cols < n_cols
+            row_mask = rows < n_rows
+            mask, other = row_ok & col_mask[None, :], 0.0
+        x = tl.load(x_rows + cols[None, :] * stride_xn, mask=mask, other=other).to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
         xc = x - mean[:, None]
         if not EVEN:
             xc = tl.where(mask, xc, 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        # weight and bias loaded after the sums, so that their registers are not held across them
-        if EVEN:
-            y = xc * rstd[:, None] * tl.load(w_ptr + cols * stride_w).to(tl.float32)[None, :]
-            if HAS_BIAS:
-                y += tl.load(b_ptr + cols * stride_b).to(tl.float32)[None, :]
-        else:
-            y = xc * rstd[:, None] * tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            if HAS_BIAS:
-                y += tl.load(b_ptr + cols * stride_b, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        # weight and bias loaded after the sums, so that their registers are not held across them (loaded before,
+        # 16384-column rows with the statistics ran 106.9 us against 70.5 us: probe rounds 4 and 5)
+        y = xc * rstd[:, None] * tl.load(w_ptr + cols * stride_w, mask=col_mask, other=other).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            y += tl.load(b_ptr + cols * stride_b, mask=col_mask, other=other).to(tl.float32)[None, :]
         if RNE_BF16:
             y = round_to_bf16(y)
-        if EVEN:
-            tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty))
-        else:
-            tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(o_rows + cols[None, :] * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
         if STATS:  # after the row's stores, off the path from its loads to them
-            if EVEN:
-                tl.store(mean_ptr + rows * stride_mean, mean)
-                tl.store(rstd_ptr + rows * stride_rstd, rstd)
-            else:
-                tl.store(mean_ptr + rows * stride_mean, mean, mask=rows < n_rows)
-                tl.store(rstd_ptr + rows * stride_rstd, rstd, mask=rows < n_rows)
+            tl.store(mean_ptr + rows * stride_mean, mean, mask=row_mask)
+            tl.store(rstd_ptr + rows * stride_rstd, rstd, mask=row_mask)
     else:
         mean = tl.zeros([BLOCK_M], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of squared deviations from mean
