@@ -49,6 +49,19 @@ def sm_count(device: torch.device) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def dependent_launch(t: torch.Tensor) -> bool:
+    """Whether a launch on ``t`` may be a programmatic dependent launch (``launch_pdl=True``, the kernel calling
+    ``gdc_wait`` before it reads what the previous kernel wrote): a compiled launch on Hopper (sm_90) or later."""
+    if t.device.type != "cuda":
+        return False
+    return _cuda_capability(t.device.index if t.device.index is not None else torch.cuda.current_device())[0] >= 9
+
+
+@functools.cache
+def _cuda_capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
 @functools.cache
 def _cuda_sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count

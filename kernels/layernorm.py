@@ -38,6 +38,7 @@ from kernels.rmsnorm_bwd import (
     load_x_dy,
     norm_backward,
     norm_forward,
+    pdl_sum,
     row_chunk,
     store_dx,
     sum_partials,
@@ -259,9 +260,9 @@ def _layernorm_bwd_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, rows_per_program, stride_part,
     stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, stride_mean, stride_rstd, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACC: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr, HAS_STATS: tl.constexpr,
+    ACC: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr, HAS_STATS: tl.constexpr, TRIGGER: tl.constexpr,
 ):  # fmt: skip
-    pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
+    pid, row_start, row_end = row_chunk(rows_per_program, n_rows, TRIGGER)
     dw_row = part_ptr + pid * n_cols  # this program's partial row of dw; db's is stride_part further
     db_row = dw_row + stride_part
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
@@ -402,7 +403,8 @@ def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tens
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=acc_tl,
-        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), HAS_STATS=stats, num_warps=cfg.num_warps,
+        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), HAS_STATS=stats, TRIGGER=pdl_sum(x),
+        num_warps=cfg.num_warps,
     )  # fmt: skip
     sum_partials(partials, grads)
 

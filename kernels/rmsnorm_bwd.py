@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, sm_count
+from kernels.common import dependent_launch, interpreted, sm_count
 from kernels.rmsnorm import rmsnorm
 
 
@@ -156,8 +156,12 @@ def config_for(x: torch.Tensor, grad_out: torch.Tensor, config: NormBwdConfig | 
 
 
 @triton.jit
-def row_chunk(rows_per_program, n_rows):
-    """This program's id (int64) and its chunk of rows, [start, end)."""
+def row_chunk(rows_per_program, n_rows, TRIGGER: tl.constexpr):
+    """This program's id (int64) and its chunk of rows, [start, end). With ``TRIGGER``, the partial sum's launch
+    may begin (programmatic dependent launch): its programs take the SMs' free slots and wait there for this
+    kernel's end, so neither its launch nor its programs' start comes after this kernel's last program."""
+    if TRIGGER:
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0).to(tl.int64)
     start = pid * rows_per_program
     return pid, start, tl.minimum(start + rows_per_program, n_rows)
@@ -203,9 +207,9 @@ def _rmsnorm_bwd_kernel(
     x_ptr, w_ptr, dy_ptr, dx_ptr, part_ptr, n_rows, n_cols, rows_per_program,
     stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, ACC: tl.constexpr,
-    STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    STAGES: tl.constexpr, EVEN_N: tl.constexpr, TRIGGER: tl.constexpr,
 ):  # fmt: skip
-    pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
+    pid, row_start, row_end = row_chunk(rows_per_program, n_rows, TRIGGER)
     part_row = part_ptr + pid * n_cols
     # int64 columns: a column-major tensor's column stride is `tokens`, which times hidden passes 2**31
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
@@ -253,7 +257,9 @@ def _rmsnorm_bwd_kernel(
 
 @triton.jit
 def _sum_partials_kernel(part_ptr, out0_ptr, out1_ptr, n_parts, n_cols, stride_k, stride_p, stride_o0, stride_o1,
-                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr):
+    if WAIT:  # launched while the first kernel runs (programmatic dependent launch): its partials come after it
+        tl.extra.cuda.gdc_wait()
     which = tl.program_id(1)  # the gradient: 0 or 1 (LayerNorm's dbias)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
@@ -277,6 +283,13 @@ def _sum_partials_kernel(part_ptr, out0_ptr, out1_ptr, n_parts, n_cols, stride_k
 _SUM_BLOCK_N = 16
 _SUM_BLOCK_P = 512
 _SUM_WARPS = 4
+# The partial sum as a programmatic dependent launch of the first kernel, where the GPU has it (a switch for the
+# probe that measures it: reports/h200/experiments/backward/).
+PDL_SUM = True
+
+
+def pdl_sum(t: torch.Tensor) -> bool:
+    return PDL_SUM and dependent_launch(t)
 
 
 def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None = None) -> None:
@@ -292,9 +305,11 @@ def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts
     else:
         block_n, block_p = _SUM_BLOCK_N, _SUM_BLOCK_P
     last = outs[-1]
+    wait = pdl_sum(partials)
     _sum_partials_kernel[(triton.cdiv(n_cols, block_n), len(outs))](
         partials, outs[0], last, n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0),
-        last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, num_warps=_SUM_WARPS,
+        last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, WAIT=wait, num_warps=_SUM_WARPS,
+        **({"launch_pdl": True} if wait else {}),
     )  # fmt: skip
 
 
@@ -321,7 +336,7 @@ def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdCon
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, ACC=acc_tl, STAGES=cfg.num_stages,
-        EVEN_N=cfg.even(n_cols), num_warps=cfg.num_warps,
+        EVEN_N=cfg.even(n_cols), TRIGGER=pdl_sum(x), num_warps=cfg.num_warps,
     )  # fmt: skip
     return partials, cfg
 

@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from harness.timing.engine import TimingConfig, measure
+import kernels.rmsnorm_bwd as rmsnorm_bwd_module
 from kernels.layernorm import _layernorm_bwd_kernel, layernorm, layernorm_bwd, layernorm_bwd_ref
 from kernels.rmsnorm_bwd import (
     LAYERNORM_RECOMPUTE_LIMITS,
@@ -49,7 +50,7 @@ def _ln_bwd_one_phase(
     stride_xm, stride_xn, stride_w, stride_dym, stride_dyn, stride_dxm, stride_dxn, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
-    pid, row_start, row_end = row_chunk(rows_per_program, n_rows)
+    pid, row_start, row_end = row_chunk(rows_per_program, n_rows, False)
     dw_row = part_ptr + pid * n_cols
     db_row = dw_row + stride_part
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
@@ -139,7 +140,7 @@ def main() -> None:
         return lambda: _layernorm_bwd_kernel[grid](*shipped, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                                    SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=tl.float32,
                                                    STAGES=stages, EVEN_N=even, HAS_STATS=stats,
-                                                   num_warps=cfg.num_warps)
+                                                   TRIGGER=False, num_warps=cfg.num_warps)
 
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
 
@@ -164,7 +165,7 @@ def main() -> None:
     def sum_one(bn, bp, warps, k=1):
         return lambda: _sum_partials_kernel[(triton.cdiv(N, bn), k)](part, gw, gb, programs, N, part.stride(0),
                                                                    part.stride(1), 1, 1, BLOCK_P=bp, BLOCK_N=bn,
-                                                                   num_warps=warps)
+                                                                   WAIT=False, num_warps=warps)
 
     rms_part = torch.empty((programs, N), device=dev, dtype=torch.float32)
     def rms(even=even, stages=cfg.num_stages):
@@ -172,7 +173,7 @@ def main() -> None:
                                                  x.stride(1), w.stride(0), dy.stride(0), dy.stride(1), gx.stride(0),
                                                  gx.stride(1), 1e-5, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                                  SINGLE_PASS=cfg.single_pass, ACC=tl.float32, STAGES=stages,
-                                                 EVEN_N=even, num_warps=cfg.num_warps)
+                                                 EVEN_N=even, TRIGGER=False, num_warps=cfg.num_warps)
     src = torch.empty(R * N, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     cases = {
@@ -222,6 +223,19 @@ def main() -> None:
         for stages in (2, 3, 4):
             cases[f"2 programs/SM, {bm} row(s) x {warps} warps, {stages} stages, stats"] = \
                 per_sm(bm, warps, stages, True, programs_per_sm=2)
+    # round 9: the partial sum as a programmatic dependent launch of the first kernel (the shipped default where
+    # the GPU has it), against two plain launches
+    def without_pdl(fn):
+        def run():
+            rmsnorm_bwd_module.PDL_SUM = False
+            try:
+                fn()
+            finally:
+                rmsnorm_bwd_module.PDL_SUM = True
+        return run
+
+    for name in ("layernorm_bwd (shipped), stats", "layernorm_bwd (shipped)", "rmsnorm_bwd (shipped)"):
+        cases[f"{name}, no PDL"] = without_pdl(cases[name])
     for bn, bp, warps in [(32, 64, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (16, 128, 4), (8, 256, 2),
                           (32, 512, 8), (8, 512, 4)]:
         cases[f"sum one, BN={bn} BP={bp} w={warps}"] = sum_one(bn, bp, warps)
