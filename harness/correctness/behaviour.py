@@ -26,7 +26,7 @@ def check_zero_size(run):
     return None
 
 
-@check("layout")
+@check("layout", reads=("contiguous",))
 def check_layout(run):
     ctx = run.ctx
     layout = ctx.case.layout
@@ -58,7 +58,7 @@ def check_inputs(run):
     return None
 
 
-@check("determinism")
+@check("determinism", reads=("second",))
 def check_determinism(run):
     second = run.second
     for t in run.compared:

@@ -74,7 +74,7 @@ def _needs_cuda(run, name: str):
     return NOT_APPLICABLE
 
 
-@check("stale")
+@check("stale", reads=("second", "second_args"))
 def check_stale(run):
     if not _applies(run):
         return NOT_APPLICABLE
@@ -90,7 +90,7 @@ def check_stale(run):
     return None
 
 
-@check("stream")
+@check("stream", reads=("ref",))
 def check_stream(run):
     if not _applies(run):
         return NOT_APPLICABLE

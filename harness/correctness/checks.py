@@ -30,7 +30,7 @@ from harness.correctness.args import (
     shape_of,
 )
 from harness.correctness.numerics import bitwise_equal, mismatch  # noqa: F401 - bitwise_equal re-exported
-from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order
+from harness.correctness.registry import DONE, NOT_APPLICABLE, CheckFailure, in_order, reads
 from harness.spec.model import Case, Spec
 
 
@@ -251,6 +251,20 @@ class CaseRun:
         guards.verify(args, "in the second run")
         return args
 
+    # The cached results of the calls above, which release() drops (registry.check's ``reads`` names them).
+    RESULTS = ("ref", "contiguous", "second", "second_args")
+
+    def release(self, keep: set[str]) -> None:
+        """Drop the cached results no later check reads (``keep``): their tensors are freed now, not with the case
+        (layernorm fp32 at 2**31 elements ran out of memory in the graph check with all of them held)."""
+        if "second" in keep:
+            keep = keep | {"second_args"}  # made by second_args' call, which second reads
+        for name in self.RESULTS:
+            if name not in keep:
+                self.__dict__.pop(name, None)
+        if "second_args" not in keep:
+            self.__dict__.pop("_second_value", None)
+
 
 def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, *, reference: ReferenceCache | None = None,
                only: frozenset[str] | None = None) -> Outcome:
@@ -269,10 +283,10 @@ def run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, *, reference: R
 
 def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, reference, only) -> Outcome:
     run, outcome = CaseRun(ctx, fn, ref_fn, reference), Outcome()
-    for info, implementation in in_order():
-        if only is not None and info.name not in only:
-            continue
-        if info.waivable and info.name in ctx.spec.waivers:
+    rows = [(info, impl) for info, impl in in_order() if only is None or info.name in only]
+    runs = [info.name for info, _ in rows if not (info.waivable and info.name in ctx.spec.waivers)]
+    for info, implementation in rows:
+        if info.name not in runs:
             outcome.notes.append(f"{info.name} waived: {ctx.spec.waivers[info.name]}")
             if info.name == "zero-size" and run.zero_size_error is not None:
                 break  # the 0-size call raised, as waived: there is nothing for the later checks to read
@@ -282,5 +296,6 @@ def _run_checks(ctx: CaseContext, fn: Callable, ref_fn: Callable, reference, onl
             outcome.checks.append(info.name)
         if verdict == DONE:
             break
+        run.release(keep=set().union(*(reads(name) for name in runs[runs.index(info.name) + 1:])))
     outcome.notes[:0] = run.notes
     return outcome

@@ -250,7 +250,7 @@ def _all_finite(x: torch.Tensor) -> bool:
     return math.isfinite(float(x.sum(dtype=torch.float64))) if x.numel() else True
 
 
-@check("nan_inf")
+@check("nan_inf", reads=("ref",))
 def check_nan_inf(run) -> None:
     for t in run.compared:
         g, e = run.got[t.name], run.ref[t.name]
@@ -266,7 +266,7 @@ def check_nan_inf(run) -> None:
     return None
 
 
-@check("numerics")
+@check("numerics", reads=("ref",))
 def check_numerics(run) -> None:
     spec, dtype = run.ctx.spec, run.ctx.dtype
     for t in run.compared:

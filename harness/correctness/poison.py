@@ -112,7 +112,7 @@ def first_index(mask: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
 
 
-@check("poison")
+@check("poison", reads=("second",))
 def check_poison(run):
     # a statistic (grad = false) that a call returning its outputs left out is not compared, so not here either
     outputs = [t for t in run.compared if t.output and t.name not in run.returned]

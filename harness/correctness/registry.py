@@ -3,6 +3,10 @@
 ``@check("poison")`` registers a function ``fn(run) -> None | NOT_APPLICABLE | DONE`` for the row named
 ``poison``: None when it ran and passed, NOT_APPLICABLE when the case has nothing for it to check, DONE when
 the case is finished (a refused layout). A failure raises :class:`CheckFailure`.
+
+``reads`` names the results of the case's calls (``CaseRun``'s cached ones: ``ref``, ``contiguous``,
+``second``, ``second_args``) the check reads: the runner drops each once no later check reads it, so a case at
+2**31 elements does not hold every call's tensors until its last check.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ NOT_APPLICABLE = "not applicable"
 DONE = "done"
 
 _IMPLEMENTATIONS: dict[str, Callable] = {}
+_READS: dict[str, frozenset[str]] = {}
 
 
 class CheckFailure(AssertionError):
@@ -23,8 +28,9 @@ class CheckFailure(AssertionError):
         super().__init__(f"{check}: {message}")
 
 
-def check(name: str) -> Callable[[Callable], Callable]:
-    """Register the decorated function as the implementation of the catalogue row ``name``."""
+def check(name: str, reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Register the decorated function as the implementation of the catalogue row ``name``, reading the cached
+    results ``reads``."""
     if name not in BY_NAME:
         raise ValueError(f"no check {name!r} in harness.spec.checks.CHECKS")
 
@@ -33,12 +39,18 @@ def check(name: str) -> Callable[[Callable], Callable]:
             raise ValueError(f"check {name!r} is implemented twice: {_IMPLEMENTATIONS[name].__qualname__}, "
                              f"{fn.__qualname__}")
         _IMPLEMENTATIONS[name] = fn
+        _READS[name] = frozenset(reads)
         return fn
     return register
 
 
 def implementations() -> dict[str, Callable]:
     return dict(_IMPLEMENTATIONS)
+
+
+def reads(name: str) -> frozenset[str]:
+    """The cached results of a case's calls that the check ``name`` reads."""
+    return _READS[name]
 
 
 def in_order() -> list[tuple[CheckInfo, Callable]]:
