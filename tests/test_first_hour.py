@@ -71,6 +71,15 @@ def test_a_failing_candidate_fails_the_run(status):
     assert failed and f"FAILED: {cases[i].kernel} {cases[i].provider}" in "\n".join(lines)
 
 
+def test_a_failure_line_names_the_mode_of_a_backward_row():
+    cases = list(synthetic_results().cases)
+    i = next(i for i, c in enumerate(cases) if c.role == "candidate")
+    rows = [dataclasses.replace(cases[i], status="wrong", reason="planted", mode=m) for m in ("fwd", "bwd", "full")]
+    lines, _ = failures(rows)
+    assert len(set(lines)) == 3, lines
+    assert [f" {m}: wrong: planted" in line for line, m in zip(lines, ("bwd", "bwd", "full"))] == [False, True, True]
+
+
 def _bench_specs(tmp_path, reference: str = "tests.planted.broken_kernels:scale_ref"):
     specs = tmp_path / "specs"
     specs.mkdir()

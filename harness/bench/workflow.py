@@ -212,8 +212,10 @@ def bench(options: BenchOptions, *, trace: bool = False) -> BenchRun:
 def failures(cases) -> tuple[list[str], bool]:
     """The lines to print for cases that are wrong or crashed, and whether the run failed: only a *candidate*
     (the kernel under test) fails it; a baseline or peer that cannot run (torch.compile failing on a
-    reference, say) is a finding of the report."""
+    reference, say) is a finding of the report. A case has a row per mode timed: the mode is named where it is
+    not the forward, or a case's bwd and full lines would read the same."""
     bad = [c for c in cases if c.status in ("wrong", "error")]
     lines = [f"{'FAILED' if c.role == 'candidate' else f'note ({c.role}, does not fail the run)'}: {c.kernel} "
-             f"{c.provider} {c.dtype} {c.case_id}: {c.status}: {c.reason}" for c in bad]
+             f"{c.provider} {c.dtype} {c.case_id}{'' if c.mode == 'fwd' else f' {c.mode}'}: {c.status}: {c.reason}"
+             for c in bad]
     return lines, any(c.role == "candidate" for c in bad)
