@@ -149,8 +149,9 @@ case "$what" in
             | grep -vE '^[.sxXF]+( |$)' | tail -40
           echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/$log.log" ;;
         bench)
-          # LIGER_MODES: the modes to time (bwd,full), the files named after them; LIGER_BENCH: more arguments
-          bench="bench${LIGER_MODES:+-$LIGER_MODES}"
+          # LIGER_MODES: the modes to time (bwd,full), the files named after them (bench-bwd-full: the device tool
+          # brings back no file whose name has a comma); LIGER_BENCH: more arguments
+          bench="bench${LIGER_MODES:+-${LIGER_MODES//,/-}}"
           timeout "${BENCH_TIMEOUT:-240}" python3 -m harness bench ${LIGER_MODES:+--mode "$LIGER_MODES"} \
             ${LIGER_BENCH:-} --out "$OUT/$bench" 2>&1 | tee "$OUT/$bench.log" | tail -30
           echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/$bench.log"
