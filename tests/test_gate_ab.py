@@ -237,3 +237,36 @@ def test_the_gate_times_and_judges_the_backward_as_rows_of_their_own(backward_re
             if c["metric"] == "device"}
     assert rows["fwd"]["verdict"] in ("SAME", "INCONCLUSIVE"), rows["fwd"]
     assert rows["bwd"]["verdict"] == "WRONG" and "grad_w" in rows["bwd"]["reason"], rows["bwd"]
+
+
+def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch):
+    """The gate measures each side's peak device memory as the bench does (one call after the timing) and its
+    row carries both; on a CPU peak_bytes is None, so the measurement is stood in for by a counter of calls."""
+    import dataclasses
+
+    from harness.gate.abcase import run_ab_case
+    from harness.gate.interleave import BlockConfig
+    from harness.timing import memory
+
+    calls = []
+
+    def fake_peak(fn, device):
+        calls.append(fn)
+        fn()  # the side's timed call, once more
+        return 1000 * len(calls)
+
+    monkeypatch.setattr(memory, "peak_bytes", fake_peak)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.syspath_prepend(str(tiny_repo))
+    for name in [m for m in sys.modules if m == "kernels" or m.startswith("kernels.")]:
+        monkeypatch.delitem(sys.modules, name)
+    spec = str(tiny_repo / "specs" / "tiny.toml")
+    from harness.spec.load import load
+
+    case = load(spec).cases["bench"][0]
+    d = run_ab_case(pr_spec_path=spec, base_spec_path=spec, roots=[str(tiny_repo)], case_id=case.id, dtype="fp32",
+                    seed=1, provider=None, blocks=dataclasses.asdict(BlockConfig(method="host", host_blocks=0,
+                                                                                 budget_s=0.5)),
+                    threshold={"relative": 0.9, "floor_us": 0.0, "source": "test"}, noise=None, confidence=0.95)
+    assert d["verdict"] in ("SAME", "INCONCLUSIVE"), d
+    assert (d["base_peak_mem_bytes"], d["pr_peak_mem_bytes"]) == (1000, 2000) and len(calls) == 2

@@ -134,6 +134,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
     from harness.gate.policy import effective
     from harness.results.io import finite_json
     from harness.target.device import detect
+    from harness.timing.memory import peak_bytes
 
     pr_spec, base_spec, device = _load(pr_spec_path), _load(base_spec_path), detect()
     pr_case = next(c for c in pr_spec.cases["bench"] if c.id == case_id)
@@ -208,6 +209,8 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
                          outputs=(_SideCheck(checks["base"], "base"), _SideCheck(checks["PR"], "PR")))
         if host_threshold is not None and cfg.host_blocks:
             host = _host(fns, device.torch_device, cfg, Threshold(**host_threshold), timer, confidence, key_seed)
+        # one more call a side, as the bench measures it: what the call needs beyond what was allocated before
+        peaks = {side: peak_bytes(fns[side], device.torch_device) for side in ("base", "PR")}
     except _SideWrong as exc:
         return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideError as exc:
@@ -225,7 +228,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
             "dropped": run.dropped, "wall_s": run.wall_s, "method": run.method,
             "base_blocks_us": [list(b) for b in run.base_blocks], "pr_blocks_us": [list(b) for b in run.pr_blocks],
-            **({"host": host} if host else {})}
+            "base_peak_mem_bytes": peaks["base"], "pr_peak_mem_bytes": peaks["PR"], **({"host": host} if host else {})}
 
 
 def _host(fns: dict, device, cfg: BlockConfig, rule: Threshold, timer, confidence: float, seed: int) -> dict:
