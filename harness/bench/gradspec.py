@@ -18,6 +18,7 @@ import torch
 from harness.correctness.args import returned_outputs, shape_of, tensor_dtype
 from harness.spec.backward import grad_name
 from harness.spec.model import Distribution, Spec, Tolerance
+from harness.target.providers import compiled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,7 @@ def forward_fn(spec: Spec, fn, outs: list, device, compile_it: bool = False):
         got = returned_outputs(spec, value, tuple(n for n, x in kw.items() if x is None) + absent) or buffers
         return tuple(got[n] for n in names)
 
-    return torch.compile(forward, dynamic=False) if compile_it else forward
+    return compiled(forward) if compile_it else forward
 
 
 def differentiate(outs: dict, leaves: dict, grad_outputs: dict, retain: bool) -> dict:
