@@ -36,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "(default: on with a GPU, off on the CPU interpreter)")
     g.addoption("--no-isolate", action="store_false", dest="isolate", default=None,
                 help="run the cases in the pytest process")
+    g.addoption("--shard", default=None, metavar="I/N",
+                help="run shard I of N (1-based) of the selected items, split by a hash of each item's id: "
+                     "stable from run to run, so N runners of a CI matrix run every item once")
 
 
 def _set(values) -> set[str]:
@@ -71,6 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from harness.plugin.known_defects import enable
 
         enable(config, project)
+    from harness.plugin.sharding import enable as enable_sharding
+
+    enable_sharding(config, config.getoption("shard"))
     use_import_roots(project)  # before any kernel module is imported, as is the interpreter switch
     use_interpreter_if_no_gpu()
     folders = _spec_folders(config, project)
