@@ -50,8 +50,9 @@ class Sharding:
 
     @pytest.hookimpl(trylast=True)  # after every other selection: the shards split what is left
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        keep = [i for i in items if self.shard.holds(i.nodeid)]
-        dropped = [i for i in items if not self.shard.holds(i.nodeid)]
+        keep, dropped = [], []
+        for item in items:
+            (keep if self.shard.holds(item.nodeid) else dropped).append(item)
         self.seen, self.kept = len(items), len(keep)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
