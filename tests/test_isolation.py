@@ -147,7 +147,7 @@ def test_bench_isolate_reports_each_fault_and_measures_the_rest(tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()
     write_spec(specs, "faulty_bench", FAULTY + "raises", timeout=FAULT_TIMEOUT_S,
-               extra=peers + "\n[[cases.bench]]\nrows = 64\ncols = 256\n")
+               extra=peers + "\n[[cases.bench]]\nrows = 16\ncols = 128\n")
     providers = ["reference", "raises", "hangs", "segfault", "good"]
     out_dir = tmp_path / "out"
     cmd = [sys.executable, "-m", "harness", "bench", "--specs-dir", str(specs), "--isolate", "--dtype", "fp32",
