@@ -39,6 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--shard", default=None, metavar="I/N",
                 help="run shard I of N (1-based) of the selected items, split by a hash of each item's id: "
                      "stable from run to run, so N runners of a CI matrix run every item once")
+    g.addoption("--gpus", default=None, metavar="N|all",
+                help="spread the items over N of this host's GPUs (all: every visible one), one pytest-xdist "
+                     "worker per GPU with CUDA_VISIBLE_DEVICES set to it; the summary says which GPU ran what")
 
 
 def _set(values) -> set[str]:
@@ -77,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.plugin.sharding import enable as enable_sharding
 
     enable_sharding(config, config.getoption("shard"))
+    from harness.plugin.gpus import enable as enable_gpus
+
+    enable_gpus(config, config.getoption("gpus"))
     use_import_roots(project)  # before any kernel module is imported, as is the interpreter switch
     use_interpreter_if_no_gpu()
     folders = _spec_folders(config, project)

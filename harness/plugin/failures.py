@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.plugin.gpus import gpu_of
 from harness.plugin.options import KEY as _KEY
 
 _HARNESS = str(Path(__file__).resolve().parents[1])
@@ -37,4 +38,6 @@ def reproduce(item) -> str:
     opts = item.config.stash[_KEY]
     extra = f" --tier {opts['tier']}" if opts["tier"] != "ci" else ""
     seed = f" --seed {opts['seed']}" if opts["seed"] else ""
-    return f"reproduce: python -m pytest '{item.nodeid}'{extra}{seed}"
+    gpu = gpu_of(item.config)  # under --gpus: the card it failed on, which may be the card's fault
+    on = f"CUDA_VISIBLE_DEVICES={gpu} " if gpu is not None else ""
+    return f"reproduce: {on}python -m pytest '{item.nodeid}'{extra}{seed}"

@@ -78,6 +78,19 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # ROCm builds of torch honour it too
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), else every GPU
+    torch counts."""
+    if VISIBLE_ENV in os.environ:
+        return [g.strip() for g in os.environ[VISIBLE_ENV].split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
 def default_devices() -> list[str]:
     """One entry per worker: every visible GPU, else the CPU (the Triton interpreter)."""
     import torch
@@ -410,6 +423,6 @@ def _worker_env(device: str) -> dict:
     env["PYTHONPATH"] = load_config().pythonpath(os.environ.get("PYTHONPATH"))
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[index] if visible else str(index)
+        visible = visible_gpus()
+        env[VISIBLE_ENV] = visible[index] if index < len(visible) else str(index)
     return env
