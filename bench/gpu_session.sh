@@ -6,6 +6,8 @@
 #   report    bench then profile of the kernels named, into one folder (tarred)
 #   sanitize  the planted sanitizer tests, then every kernel under memcheck and racecheck
 #   timing    bench/gpu_timing_check.py: the engine against Nsight Compute
+#   timing-compute  bench/gpu_timing_compute.py: events, graph replay and CUPTI against Nsight Compute for the
+#             persistent GEMM, flash attention and int4's split K (two launches a call), SM clock beside each
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
@@ -163,6 +165,10 @@ case "$what" in
         *) echo "liger: no step $step (known: tests bench matrix)" ;;
       esac
     done
+    ;;
+  timing-compute)
+    timeout "${PROBE_TIMEOUT:-560}" python3 bench/gpu_timing_compute.py --out "$OUT" "$@" 2>&1 \
+      | tee "$OUT/gpu_timing_compute.log" | grep -v Warning | tail -30
     ;;
   int4)
     timeout "${PROBE_TIMEOUT:-400}" python3 reports/h200/experiments/int4/gemv/int4_gemv_sweep.py --out "$OUT" 2>&1 \
