@@ -160,7 +160,7 @@ def engine(fn, method: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="the folder for gpu_timing_compute.json")
+    ap.add_argument("--out", help="the folder for gpu_timing_compute.json (required)")
     ap.add_argument("--only", default="", help="comma-separated case labels (default: all)")
     ap.add_argument("--skip-ncu", action="store_true")
     ap.add_argument("--ncu-driver", metavar="LABEL", help=argparse.SUPPRESS)
@@ -168,6 +168,8 @@ def main() -> int:
     if a.ncu_driver:
         ncu_driver(a.ncu_driver)
         return 0
+    if not a.out:
+        ap.error("--out is required")
     import torch
 
     if not torch.cuda.is_available():
