@@ -90,7 +90,7 @@ def load_all(paths) -> tuple[list[Spec], list[str]]:
 
 def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
-                 "cases", "roofline", "gate", "backward"], "", required=["kernel", "inputs", "cases"])
+                 "cases", "roofline", "gate", "backward", "distributed"], "", required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
     r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout",
                "op", "oracle"],
@@ -156,6 +156,12 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
 
     specials = tuple(dict.fromkeys(v for t in tensors if t is not None for v in t.specials))
     symbols, constraints, cases = read_cases(r, r.table(raw, "cases", "", required=True), layouts, specials)
+    distributed = None
+    if "distributed" in raw and _is_table(r, raw["distributed"], "distributed"):
+        from harness.spec.distributed import over_worlds, read_distributed
+
+        distributed = read_distributed(r, raw["distributed"])
+        cases = over_worlds(r, cases, distributed) if distributed else cases
     roofline = _roofline(r, raw["roofline"]) if isinstance(raw.get("roofline"), dict) else None
     if "roofline" in raw and not isinstance(raw["roofline"], dict):
         r.problem("roofline", f"expected a table, got {describe(raw['roofline'])}")
@@ -173,7 +179,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
         op=_import_path(r, k, "kernel", "op") or None, oracle=_import_path(r, k, "kernel", "oracle") or None,
-        param_present=param_present, backward=backward,
+        param_present=param_present, backward=backward, distributed=distributed,
     )
 
 

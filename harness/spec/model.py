@@ -243,6 +243,16 @@ class BackwardImpl:
 
 
 @dataclass(frozen=True)
+class Distributed:
+    """``[distributed]``: a kernel that runs on every rank of a process group, one process per rank. Each case
+    runs at each world size, which cases see as the symbol ``world``; each rank draws its own inputs."""
+    world_sizes: tuple[int, ...]
+
+
+WORLD = "world"  # the case symbol a distributed spec's world size is
+
+
+@dataclass(frozen=True)
 class Backward:
     """``[backward]``: which inputs get gradients, how grad outputs are drawn, what a standalone backward takes
     of the forward, each backend's backward, and each gradient's own tolerance per dtype."""
@@ -293,6 +303,7 @@ class Spec:
     # Optional params: name -> the expression saying where it is passed (elsewhere it is None).
     param_present: dict[str, ex.Expr] = dataclasses.field(default_factory=dict)
     backward: Backward | None = None  # ``[backward]``; None: the forward only
+    distributed: Distributed | None = None  # ``[distributed]``; None: one process, one device
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
