@@ -56,7 +56,7 @@ def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | 
     for root in [*os.environ.get("PYTHONPATH", "").split(os.pathsep), os.getcwd()]:
         if root and root not in sys.path:
             sys.path.append(root)
-    _exit_with_parent(os.getppid(), log_path)
+    exit_with_parent(os.getppid(), log_path)
     try:
         if initializer:
             resolve(initializer)(device)
@@ -65,19 +65,12 @@ def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | 
         sys.stderr.flush()
         os._exit(1)
     conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            break
-        if msg is None:
-            break
-        fn, kwargs = msg
+    for fn, kwargs in tasks(conn):
         start = time.perf_counter()
         try:
             value, status, error = resolve(fn)(**kwargs), "ok", ""
         except BaseException as exc:  # SystemExit/KeyboardInterrupt from a kernel are its failure too
-            value, status, error = None, "error", _format_exception(exc)
+            value, status, error = None, "error", format_exception(exc)
             del exc
         duration = time.perf_counter() - start
         poisoned = _cuda_poisoned(error or _text(value)) or _retiring
@@ -90,7 +83,19 @@ def worker_main(conn, device: str, env: dict, log_path: str, initializer: str | 
                                               f"{exc}", poisoned, duration))
 
 
-def _format_exception(exc: BaseException) -> str:
+def tasks(conn):
+    """(fn, kwargs) of each task the parent sends, until it sends None or goes away."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        yield msg
+
+
+def format_exception(exc: BaseException) -> str:
     head = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
     tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the task inward
     frames = "".join(traceback.format_tb(tb or exc.__traceback__, limit=-6)).rstrip()
@@ -118,16 +123,17 @@ def _cuda_poisoned(text: str) -> bool:
     return False
 
 
-def _exit_with_parent(ppid: int, log_path: str) -> None:
+def exit_with_parent(ppid: int, log_path: str | None = None) -> None:
     """A SIGKILLed parent runs no cleanup: the worker notices it is orphaned and exits by itself."""
     def watch():
         while True:
             time.sleep(1.0)
             if os.getppid() != ppid:
-                try:
-                    os.unlink(log_path)  # the parent would have, after reading it
-                except OSError:
-                    pass
+                if log_path is not None:
+                    try:
+                        os.unlink(log_path)  # the parent would have, after reading it
+                    except OSError:
+                        pass
                 os._exit(70)
 
     threading.Thread(target=watch, name="harness-parent-watch", daemon=True).start()
