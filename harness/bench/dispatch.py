@@ -47,7 +47,18 @@ def _on(result: CaseResult, torch_device: str) -> CaseResult:
 def run_jobs(jobs: list[Job], device: Device, ceilings, timing, seed_base: int = 0,
              pool=None) -> Iterator[tuple[int, CaseResult]]:
     """(index, result) of every job: in order in this process, or as they finish in ``pool``'s workers
-    (``harness.workers.WorkerPool``: one per GPU), where a crash or hang fails that job only."""
+    (``harness.workers.WorkerPool``: one per GPU), where a crash or hang fails that job only. A distributed
+    spec's jobs run in groups of rank processes of their own (harness.bench.distributed), never in the pool."""
+    spread = [i for i, job in enumerate(jobs) if job.spec.distributed is not None]
+    if spread:
+        from harness.bench.distributed import run_distributed_jobs
+
+        for k, result in run_distributed_jobs([jobs[i] for i in spread], device, timing, seed_base):
+            yield spread[k], result
+        rest = [i for i in range(len(jobs)) if i not in set(spread)]
+        for k, result in run_jobs([jobs[i] for i in rest], device, ceilings, timing, seed_base, pool):
+            yield rest[k], result
+        return
     if pool is None:
         reference = ReferenceCache()
         for i, job in enumerate(jobs):

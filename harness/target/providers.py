@@ -50,7 +50,9 @@ def providers_for(spec: Spec, device: Device, statuses: list[BackendStatus]) -> 
         if s.backend == "reference":
             continue
         runnable, reason = s.runnable, s.reason
-        if runnable and device.interpreted:
+        # a distributed spec's torch-level backends run on a CPU as anywhere: their figures there are gloo's
+        torch_level = spec.distributed is not None and "triton" not in spec.backends[s.backend].requires
+        if runnable and device.interpreted and not torch_level:
             runnable, reason = False, "the Triton interpreter is a correctness tool: its timings mean nothing"
         role = "peer"
         if runnable and candidate is None and s.backend in spec.fallback:
@@ -59,6 +61,8 @@ def providers_for(spec: Spec, device: Device, statuses: list[BackendStatus]) -> 
     ref_role = "candidate" if candidate is None else "baseline"
     out.append(Provider("reference", "reference", ref_role, spec.reference, True))
     compile_ok, compile_reason = _compile_available(device)
+    if spec.distributed is not None:
+        compile_ok, compile_reason = False, "a collective: torch.compile of the reference would time the same call"
     out.append(Provider("torch.compile", "reference", "baseline", "", compile_ok, compile_reason))
     for p in spec.peers.values():
         missing = [m for m in p.requires if not module_available(m)]
