@@ -38,30 +38,39 @@ class SpecFile(pytest.File):
         opts["specs"].append((spec, list(statuses.values())))
         from harness.plugin.bench_items import bench_items, wants_bench_items
 
+        if spec.distributed is not None:  # every rank of a process group: items of their own, no op items
+            from harness.plugin.distributed_items import distributed_items
+
+            yield from distributed_items(self, spec, _selected(spec, statuses, opts), device, opts["seed"])
+            return
         if wants_bench_items(self.config):
             yield from bench_items(self, spec, list(statuses.values()), device, opts["dtypes"])
             return
-        for backend, status in statuses.items():
-            if opts["backends"] and backend not in opts["backends"]:
+        for backend, status, dtype, case, name in _selected(spec, statuses, opts):
+            if backend == REFERENCE and not reference_can_fail(spec, case):
                 continue
-            for dtype in spec.dtypes:
-                if opts["dtypes"] and dtype not in opts["dtypes"]:
-                    continue
-                for tier in RUN_TIERS[opts["tier"]]:
-                    for case in spec.cases.get(tier, ()):
-                        if backend == REFERENCE and not reference_can_fail(spec, case):
-                            continue
-                        name = f"{spec.name}[{backend}-{dtype}-{case.id}]"
-                        if tier in ("full", "huge"):
-                            name = f"{spec.name}[{backend}-{dtype}-{tier}-{case.id}]"
-                        yield KernelCaseItem.from_parent(
-                            self, name=name, spec=spec, backend=backend, status=status, dtype=dtype, case=case,
-                            seed=case_seed(spec, dtype, case, opts["seed"]), device=device)
+            yield KernelCaseItem.from_parent(
+                self, name=name, spec=spec, backend=backend, status=status, dtype=dtype, case=case,
+                seed=case_seed(spec, dtype, case, opts["seed"]), device=device)
         from harness.plugin.backward_items import backward_items
         from harness.plugin.op_items import op_items
 
         yield from backward_items(self, spec, statuses, device, opts)
         yield from op_items(self, spec, list(statuses.values()), device, opts)
+
+
+def _selected(spec, statuses: dict, opts: dict):
+    """(backend, status, dtype, case, item name) of every case the options select, in collection order."""
+    for backend, status in statuses.items():
+        if opts["backends"] and backend not in opts["backends"]:
+            continue
+        for dtype in spec.dtypes:
+            if opts["dtypes"] and dtype not in opts["dtypes"]:
+                continue
+            for tier in RUN_TIERS[opts["tier"]]:
+                for case in spec.cases.get(tier, ()):
+                    where = f"{tier}-" if tier in ("full", "huge") else ""
+                    yield backend, status, dtype, case, f"{spec.name}[{backend}-{dtype}-{where}{case.id}]"
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -218,3 +227,7 @@ def _close_pool(config: pytest.Config) -> None:
     opts = config.stash.get(_KEY, None)
     if opts and opts.get("pool") is not None:
         opts.pop("pool").close()
+    if opts:
+        from harness.plugin.distributed_items import close_groups
+
+        close_groups(opts)
