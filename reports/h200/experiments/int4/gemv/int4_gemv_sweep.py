@@ -8,6 +8,7 @@
    flushed before each sample).
 3. The heuristic ``gemv_config`` at the same shapes, so its loss against the sweep's best is on record.
 
+int4_gemv_sweep-2.log/.json are the revised M = 1 version's run (2026-12-04).
 int4_gemv_sweep-1.log/.json are the first version's run (commit 1ff8b2e, M = 1 to 16; int4_gemv.py says what
 changed since).
 
