@@ -10,7 +10,9 @@ harness itself, from its spec, as the benchmark builds it:
 
 - the persistent TMA GEMM (matmul ``triton_tma``) and cuBLAS (``torch``) at 4096^3, bf16;
 - flash_attention (``triton``) and SDPA's own choice (``sdpa_auto``) at the causal headline, bf16;
-- int4_matmul (``triton``: split K, two launches a call) and its ``torch`` peer at M = 1, 4096 x 4096.
+- int4_matmul (``triton``: split K, two launches a call) and its ``torch`` peer at M = 1, 4096 x 4096;
+- decode shapes, where graph replay and events may part: rmsnorm at 64 x 4096 (and torch.compile's), matmul at
+  M = 16 (the TMA backend's launcher and cuBLAS), flash_attention's decode (and SDPA's).
 
 Per case: the engine's median with ``events``, ``graph`` and ``cupti`` (L2 flushed, the median SM clock of the
 kept samples from NVML); then ``ncu --clock-control none --cache-control all`` on the same calls (this script
@@ -65,6 +67,15 @@ CASES = (
               "batch=4,heads=32,seq_q=4096,head_dim=128,causal=true"),
     CheckCase("int4_splitk-M1", "specs/int4_matmul.toml", "triton", "M=1,N=4096,K=4096"),
     CheckCase("int4_torch-M1", "specs/int4_matmul.toml", "torch", "M=1,N=4096,K=4096"),
+    # decode shapes, where a graph replay (vLLM's decode path) and events may part: launch-bound calls
+    CheckCase("rmsnorm-decode", "specs/rmsnorm.toml", "triton", "tokens=64,hidden=4096"),
+    CheckCase("rmsnorm_torch.compile-decode", "specs/rmsnorm.toml", "torch.compile", "tokens=64,hidden=4096"),
+    CheckCase("matmul_tma-M16", "specs/matmul.toml", "triton_tma", "M=16,N=4096,K=4096,epilogue=0"),
+    CheckCase("cublas-M16", "specs/matmul.toml", "torch", "M=16,N=4096,K=4096,epilogue=0"),
+    CheckCase("flash_attention-decode", "specs/flash_attention.toml", "triton",
+              "batch=64,heads=32,kv_heads=8,seq_q=1,seq_kv=8192,head_dim=128"),
+    CheckCase("sdpa_auto-decode", "specs/flash_attention.toml", "sdpa_auto",
+              "batch=64,heads=32,kv_heads=8,seq_q=1,seq_kv=8192,head_dim=128"),
 )
 
 
