@@ -116,20 +116,21 @@ def test_cli_takes_the_tables_spec_folders_and_specs_overrides_them(tmp_path, mo
     assert "kernels=c\n" in out and "--specs-dir is deprecated: use --specs" in err
 
 
-def test_pytest_takes_the_tables_spec_folders_and_tier(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the specs name tests.planted.* kernels
+def test_pytest_takes_the_tables_spec_folders_and_tier(pytester):
+    # in-process (a subprocess per collection took 11 s of the 12): this process already imports the specs'
+    # tests.planted.* kernels, and what is tested is the options' precedence, not a fresh interpreter
     _specs_project(pytester.path)
     (pytester.path / "pyproject.toml").write_text('[tool.kernel-harness]\nspecs = ["bench/specs"]\ntier = "full"\n')
     (pytester.path / "test_own.py").write_text("def test_own():\n    pass\n")
-    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--dtype", "fp32")
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--dtype", "fp32")
     out = result.stdout.str()
     assert "bench/specs/a.toml::a[" in out and "b.toml" not in out and "c.toml" not in out, out[-2000:]
     assert "test_own.py::test_own" in out
-    ci = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--dtype", "fp32",
-                                       "--tier", "ci").stdout.str()
+    ci = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--dtype", "fp32",
+                                      "--tier", "ci").stdout.str()
     assert "rows=64,cols=256" in out and "rows=64,cols=256" not in ci  # the table's tier, and --tier over it
-    other = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--specs", "other",
-                                          "--kernel", "c").stdout.str()
+    other = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", "--specs", "other",
+                                         "--kernel", "c").stdout.str()
     assert "other/c.toml::c[" in other and "a.toml" not in other and "test_own" not in other, other[-2000:]
 
 

@@ -1,5 +1,5 @@
 """``[tool.kernel-harness] known-defects`` (harness.plugin.known_defects): recorded defects become expected
-failures, each with its message, in a tiny planted project run by pytest in a subprocess.
+failures, each with its message, in a tiny planted project run by an inner pytest.
 
 The planted kernel ``twice`` (out = 2 x, a torch backend) crashes on 0 rows and computes 3 x at 7 and 83 columns.
 """
@@ -86,7 +86,8 @@ def _project(root, defects: str, table: str = 'known-defects = "known_defects.to
 
 
 def _run(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--backend", "torch", "-rA", *args)
+    # in-process: a subprocess each (importing torch) took 3 to 4 s of a run's 4; -n 2 still starts real workers
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--backend", "torch", "-rA", *args)
 
 
 def _line(out: str, status: str, case: str) -> str:
