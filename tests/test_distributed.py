@@ -119,3 +119,42 @@ def test_bench_times_the_slowest_rank_and_checks_before_timing():
         assert len(r.samples_us) >= timing.min_samples and r.stats["median"] > 0
     assert by["skips_own_on_rank1"].status == "wrong"
     assert by["skips_own_on_rank1"].reason.startswith("failed the correctness check before timing: rank 1: out: ")
+
+
+def test_a_collective_is_judged_against_the_bus_bandwidth_measured_on_its_ranks(tmp_path, capsys):
+    """all_reduce's bus bytes against the all-reduce bus bandwidth of the same two gloo ranks: measured once for
+    the world size, said on stderr, carried in the case's row, then cached (no group needed to read it back)."""
+    from harness.bench.distributed import run_distributed_jobs
+    from harness.bench.plan import Job
+    from harness.distributed.ceiling import SIZES, bus_ceiling, bus_factor
+    from harness.spec.bind import bind
+    from harness.target.device import detect
+    from harness.target.providers import providers_for
+    from harness.target.resolve import resolve
+    from harness.timing.engine import TimingConfig
+
+    spec, device = bind(load_spec(REPO / "specs" / "all_reduce.toml")), detect()
+    case = next(c for c in spec.cases["ci"] if c.values["world"] == 2)
+    one_shot = next(p for p in providers_for(spec, device, resolve(spec, device)) if p.name == "one_shot")
+    [(_, r)] = run_distributed_jobs([Job(spec, case, "fp32", one_shot)], device,
+                                    TimingConfig(min_time_s=0.05, timeout_s=10.0), cache_dir=tmp_path)
+    assert r.status == "ok", r.reason
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "bus bandwidth" in ln]
+    assert len(said) == 1 and "over 2 gloo ranks" in said[0] and "(cached)" not in said[0], said
+
+    class NoGroup:  # the cache must answer: running anything here fails the test
+        device, world = "cpu", 2
+
+        def run(self, *a, **k):
+            raise AssertionError("measured again instead of reading the cache")
+
+    cached = bus_ceiling(NoGroup(), cache_dir=tmp_path)
+    assert cached.cached and cached.world == 2 and cached.at_bytes in SIZES["cpu"]
+    assert [b for b, _, _ in cached.per_size] == list(SIZES["cpu"])
+    assert all(g == pytest.approx(bus_factor(2) * b / t / 1e9) for b, t, g in cached.per_size)
+    assert cached.busbw_gbps == max(g for _, _, g in cached.per_size) > 0
+    bus_bytes = bus_factor(2) * case.values["tokens"] * case.values["hidden"] * 4
+    assert r.bound == "bus" and r.ceiling_gbps == pytest.approx(cached.busbw_gbps)
+    assert r.bytes == pytest.approx(bus_bytes)
+    assert r.pct_roofline == pytest.approx(100 * bus_bytes / (r.stats["median"] * 1e-6) / 1e9 / cached.busbw_gbps)
+    assert r.verdict == "n/a"  # gloo on a host is not judged by a GPU link's target

@@ -23,7 +23,7 @@ ALLOWED = {
     "target": {"spec"},
     "timing": {"target", "spec"},
     "correctness": {"spec", "target", "workers"},
-    "distributed": {"spec", "target", "correctness", "workers"},
+    "distributed": {"spec", "target", "correctness", "timing", "workers"},
     "results": {"spec"},
     "report": {"results", "spec"},
     "aot": {"spec", "target"},

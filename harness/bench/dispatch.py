@@ -53,7 +53,9 @@ def run_jobs(jobs: list[Job], device: Device, ceilings, timing, seed_base: int =
     if spread:
         from harness.bench.distributed import run_distributed_jobs
 
-        for k, result in run_distributed_jobs([jobs[i] for i in spread], device, timing, seed_base):
+        # the bus bandwidth is measured again with the machine's ceilings (bench --refresh-ceilings)
+        fresh = ceilings is not None and not getattr(ceilings, "cached", True)
+        for k, result in run_distributed_jobs([jobs[i] for i in spread], device, timing, seed_base, refresh=fresh):
             yield spread[k], result
         rest = [i for i in range(len(jobs)) if i not in set(spread)]
         for k, result in run_jobs([jobs[i] for i in rest], device, ceilings, timing, seed_base, pool):

@@ -1,8 +1,9 @@
 """``bench`` for a ``[distributed]`` spec: each job checked, then timed, on every rank of a group.
 
 A job's samples are the slowest rank's time per call after a barrier (:func:`harness.distributed.tasks.time_case`):
-wall clocks under gloo on a CPU, device events under NCCL on GPUs. No roofline is judged: a collective's ceiling
-is the link between the devices (bus bandwidth), not the memory ceilings the machine's probes measure.
+wall clocks under gloo on a CPU, device events under NCCL on GPUs. A collective's ceiling is the link between the
+ranks, not the memory ceilings the machine's probes measure: the roofline is the spec's bus bytes against the
+all-reduce bus bandwidth measured on the same group (harness.distributed.ceiling), once per world size.
 One group per world size serves every job of that size; a job that raises, crashes or hangs on any rank fails
 alone, as an ``error`` case, and the next job starts a fresh group.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+from harness.bench.modes import mode_env
 from harness.bench.plan import Job
 from harness.bench.run import _base, _empty
 from harness.results.model import CaseResult
@@ -21,17 +23,19 @@ from harness.target.device import Device
 TASKS = "harness.distributed.tasks:"
 
 
-def run_distributed_jobs(jobs: list[Job], device: Device, timing, seed_base: int = 0
-                         ) -> Iterator[tuple[int, CaseResult]]:
+def run_distributed_jobs(jobs: list[Job], device: Device, timing, seed_base: int = 0, *, cache_dir=None,
+                         refresh: bool = False) -> Iterator[tuple[int, CaseResult]]:
     from harness.distributed.group import GroupError, project_group
 
-    groups = {}
+    groups, ceilings = {}, {}
     try:
         for i, job in enumerate(jobs):
             world = int(job.case.values[WORLD])
             group = groups.setdefault(world, project_group(world, device.torch_device))
             try:
-                yield i, _run(job, group, device, timing, seed_base)
+                if world not in ceilings and job.spec.roofline is not None and _runnable(job, device):
+                    ceilings[world] = _ceiling(group, cache_dir, refresh)
+                yield i, _run(job, group, device, timing, seed_base, ceilings.get(world))
             except GroupError as exc:
                 yield i, _empty(_base(job, seed_base), "error", str(exc).partition("\n")[0][:400])
     finally:
@@ -39,7 +43,39 @@ def run_distributed_jobs(jobs: list[Job], device: Device, timing, seed_base: int
             group.close()
 
 
-def _run(job: Job, group, device: Device, timing, seed_base: int) -> CaseResult:
+def _runnable(job: Job, device: Device) -> bool:
+    from harness.distributed.group import missing_gpus
+
+    return job.provider.runnable and not missing_gpus(int(job.case.values[WORLD]), device)
+
+
+def _ceiling(group, cache_dir, refresh: bool):
+    """The group's bus bandwidth, or None (said on stderr) where it could not be measured: rates, no %."""
+    import sys
+
+    from harness.distributed.ceiling import bus_ceiling
+
+    try:
+        ceiling = bus_ceiling(group, cache_dir=cache_dir, refresh=refresh)
+    except RuntimeError as exc:
+        print(f"ceilings: {exc}", file=sys.stderr, flush=True)
+        return None
+    print(f"ceilings: {ceiling.line}", file=sys.stderr, flush=True)
+    return ceiling
+
+
+def bus_roofline(spec, env: dict, median_us: float, ceiling, dtype: str, median_ci_us=None) -> dict:
+    """harness.bench.roofline's fields for a collective: the spec's bytes are bus bytes and the one ceiling the
+    measured bus bandwidth (no compute ceiling: a sum's flops never bound a collective)."""
+    from harness.bench.roofline import roofline
+
+    measured = None if ceiling is None else {"copy_gbps": ceiling.busbw_gbps, "bandwidth_gbps": {},
+                                             "matmul_tflops": {}}
+    roof = roofline(spec, env, median_us, measured, dtype, median_ci_us)
+    return {**roof, "bound": "bus"} if roof.get("bound") else roof
+
+
+def _run(job: Job, group, device: Device, timing, seed_base: int, ceiling=None) -> CaseResult:
     from harness.distributed.group import missing_gpus
     from harness.timing.stats import summarize
 
@@ -68,5 +104,9 @@ def _run(job: Job, group, device: Device, timing, seed_base: int) -> CaseResult:
     samples_us = tuple(s * 1e6 for s in timed.values[0])
     stats = summarize(samples_us, seed=base["seed"])
     method = "slowest-rank-events" if device.is_gpu else "slowest-rank-host-timer"
+    roof = bus_roofline(job.spec, mode_env(job.spec, job.case, job.dtype, "fwd"), stats.median, ceiling, job.dtype,
+                        (stats.median_ci_lo, stats.median_ci_hi))
+    if job.case.tier == "cpu" or not device.is_gpu:  # a target is a GPU link's: gloo on a host is not judged by it
+        roof = {**roof, "target": None, "verdict": "n/a"}
     return dataclasses.replace(_empty(base, "ok", ""), method=method, samples_us=samples_us, stats=stats.as_json(),
-                               stop_reason=f"{len(samples_us)} samples, every rank after a barrier")
+                               stop_reason=f"{len(samples_us)} samples, every rank after a barrier", **roof)

@@ -57,27 +57,32 @@ def check_case(spec_path: str, impl: str, dtype: str, tier: str, case_id: str, s
 
 def time_case(spec_path: str, impl: str, dtype: str, tier: str, case_id: str, seed: int, device: str,
               rank: int, min_time_s: float = 0.2, min_samples: int = 10, max_samples: int = 2000) -> list[float]:
-    """Seconds per call, sample by sample, as the slowest rank saw it: every sample starts after a barrier
-    and ends when this rank's call is done (on a GPU: device events around the call, after the barrier);
-    the ranks' times are then gathered and the largest kept, the figure a model step waits for. Every rank
-    returns the same list. How many samples: enough for ``min_time_s`` at the warm-up's pace, the largest
-    count any rank asks for, since every sample is a barrier all of them must join."""
-    import time
-
-    import torch
-    import torch.distributed as dist
-
+    """Seconds per call of the case, sample by sample, as the slowest rank saw it (:func:`slowest_samples`)."""
     from harness.correctness.args import make_args
 
     spec, case = _case(spec_path, tier, case_id)
     fn, _ = _callables(spec, impl)
     dev = _device(device, rank)
     kwargs = make_args(spec, case, dtype, dev, seed + rank * RANK_SEED).kwargs()
+    return slowest_samples(lambda: fn(**kwargs), dev, min_time_s, min_samples, max_samples)
+
+
+def slowest_samples(call, dev: str, min_time_s: float, min_samples: int, max_samples: int) -> list[float]:
+    """Seconds per ``call()``, sample by sample, as the slowest rank saw it: every sample starts after a barrier
+    and ends when this rank's call is done (on a GPU: device events around the call, after the barrier); the
+    ranks' times are then gathered and the largest kept, the figure a model step waits for. Every rank returns
+    the same list. How many samples: enough for ``min_time_s`` at the warm-up's pace, the largest count any
+    rank asks for, since every sample is a barrier all of them must join."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
     gpu = dev.startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     t0 = time.perf_counter()
     for _ in range(3):
-        fn(**kwargs)
+        call()
     sync()
     per_call = (time.perf_counter() - t0) / 3
     n = torch.tensor([min(max_samples, max(min_samples, int(min_time_s / max(per_call, 1e-7))))], device=dev)
@@ -89,13 +94,13 @@ def time_case(spec_path: str, impl: str, dtype: str, tier: str, case_id: str, se
         if gpu:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(**kwargs)
+            call()
             end.record()
             end.synchronize()
             mine.append(start.elapsed_time(end) / 1e3)
         else:
             t0 = time.perf_counter()
-            fn(**kwargs)
+            call()
             mine.append(time.perf_counter() - t0)
     slowest = torch.tensor(mine, dtype=torch.float64, device=dev)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)

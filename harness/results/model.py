@@ -75,8 +75,8 @@ class CaseResult:
     gbps: float | None
     tflops: float | None
     pct_roofline: float | None    # percent of the measured roofline
-    bound: str | None             # "memory" | "compute"
-    ceiling_gbps: float | None    # the memory ceiling used: measured bandwidth at the case's read fraction
+    bound: str | None             # "memory" | "compute" | "bus" (a collective: the link between ranks)
+    ceiling_gbps: float | None    # measured bandwidth at the case's read fraction (a collective: bus bandwidth)
     target: float | None          # fraction of the roofline the spec asks for
     verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
     speedups: dict                # other provider -> {"ratio", "lo", "hi"}; > 1: this one is faster

@@ -97,11 +97,12 @@ def _driver(dev: torch.device) -> str:
     return driver_version(nvml_snapshot(dev)) or "unknown"
 
 
-def _cache_path(cache_dir, key: dict) -> Path:
+def cache_path(cache_dir, key: dict, kind: str = "ceilings") -> Path:
+    """Where a measurement keyed by ``key`` (its ``device`` among the fields) is cached: one file per key."""
     root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "kernel-harness"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", key["device"]).strip("-").lower()[:40]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return root / f"ceilings-{slug}-{digest}.json"
+    return root / f"{kind}-{slug}-{digest}.json"
 
 
 def _load(path: Path, key: dict) -> Ceilings | None:
@@ -343,7 +344,7 @@ def measure_ceilings(device=None, *, cache_dir=None, refresh: bool = False,
     # "probes" names the set measured: a cache from before a probe changed (2: the FP8 rate; 3: the best of
     # several GEMM shapes) is measured again
     key = {"device": name, "driver": _driver(dev), "torch": torch.__version__, "probes": 3}
-    path = _cache_path(cache_dir, key)
+    path = cache_path(cache_dir, key)
     if not refresh and (hit := _load(path, key)) is not None:
         return hit
     if progress:
