@@ -46,8 +46,8 @@ def main() -> int:
         ref = torch.nn.functional.gelu(x.float(), approximate="tanh").to(torch.bfloat16)
         nbytes = 2 * x.numel() * x.element_size()
         base = {"M": m, "N": n, "bytes": nbytes}
-        copy_us = median_us(lambda: out.copy_(x))
-        fgelu_us = median_us(lambda: torch.nn.functional.gelu(x, approximate="tanh"))
+        copy_us = median_us(lambda o=out, i=x: o.copy_(i))
+        fgelu_us = median_us(lambda i=x: torch.nn.functional.gelu(i, approximate="tanh"))
         shipped = g.GeluConfig.for_flat(x.numel())
         rows.append({**base, "variant": "copy", "us": copy_us, "gbps": nbytes / copy_us / 1e3})
         rows.append({**base, "variant": "F.gelu", "us": fgelu_us, "gbps": nbytes / fgelu_us / 1e3})
@@ -64,7 +64,7 @@ def main() -> int:
                     out.fill_(float("nan"))
                     g.launch_rows(x.view(1, -1), out.view(1, -1), False, cfg)
                     torch.testing.assert_close(out, ref, rtol=1.6e-2, atol=1e-5)
-                    us = median_us(lambda c=cfg: g.launch_rows(x.view(1, -1), out.view(1, -1), False, c))
+                    us = median_us(lambda c=cfg, i=x, o=out: g.launch_rows(i.view(1, -1), o.view(1, -1), False, c))
                     row.update(us=us, gbps=nbytes / us / 1e3, of_copy=copy_us / us)
                     print(f"  {row['variant']:<24} {us:8.2f} us  {row['gbps']:6.0f} GB/s  {100 * copy_us / us:5.1f}% "
                           f"of copy{'  (shipped)' if row['shipped'] else ''}", flush=True)
