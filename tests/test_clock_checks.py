@@ -222,3 +222,62 @@ def test_a_returned_view_of_an_inplace_input_is_not_compared_after_calls_compoun
         assert result.status == "wrong" and result.reason.startswith("timed outputs: x:"), result.reason
     else:
         assert result.status == "ok", result.reason
+
+
+# ----------------------------------------------------------------------------- static inputs (a model's weights)
+
+def _static_w(tmp_path, impl: str, static: bool, extra: str = ""):
+    from harness.spec.load import load
+
+    path = write_spec(tmp_path, "scale", impl, extra=extra)
+    if static:
+        path.write_text(path.read_text().replace("contiguous = true\n", "contiguous = true\nstatic = true\n", 1))
+    return load(path)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["w-may-change", "w-static"])
+def test_a_kernel_caching_what_it_derives_from_w_is_stale_unless_w_is_static(tmp_path, static):
+    impl = PLANTED + "scale_derives_w_once"
+    spec = _static_w(tmp_path, impl, static)
+    assert [t.static for t in spec.inputs] == [False, static]
+    device = detect()
+    case = spec.cases["ci"][0]
+    ctx = CaseContext(spec, "triton", "fp32", case, case_seed(spec, "fp32", case), device.arch, device.torch_device)
+    if not static:
+        with pytest.raises(CheckFailure) as exc:
+            run_checks(ctx, resolve_import(impl), resolve_import(spec.reference))
+        assert exc.value.check == "stale", str(exc.value)
+        return
+    outcome = run_checks(ctx, resolve_import(impl), resolve_import(spec.reference))
+    assert "stale" in outcome.checks  # x still gets new values: a cached result would be caught
+
+
+def test_the_timed_recheck_keeps_a_static_input_and_gives_the_others_new_values(tmp_path):
+    from harness.bench.plan import Job
+    from harness.bench.run import run_job
+    from harness.correctness.checks import ReferenceCache
+    from harness.target.providers import Provider
+    from harness.timing.engine import TimingConfig
+
+    impl = PLANTED + "scale_derives_w_once"
+    results = {}
+    for static in (False, True):
+        folder = tmp_path / str(static)
+        folder.mkdir()
+        spec = _static_w(folder, impl, static, extra="\n[[cases.bench]]\nrows = 64\ncols = 256\n")
+        job = Job(spec, spec.cases["bench"][0], "fp32", Provider("planted", "peer", "peer", impl, True))
+        results[static] = run_job(job, detect(), None, TimingConfig(min_time_s=0.02, timeout_s=3.0),
+                                  ReferenceCache())
+    assert results[False].status == "wrong", results[False].reason  # caught before or while timed
+    assert results[True].status == "ok", results[True].reason
+
+
+def test_static_and_inplace_together_is_one_line_naming_the_key(tmp_path, capsys):
+    from harness.cli.main import main
+
+    path = write_spec(tmp_path, "scale", PLANTED + "scale_derives_w_once")
+    both = "contiguous = true\nstatic = true\ninplace = true\n"
+    path.write_text(path.read_text().replace("contiguous = true\n", both, 1))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any(ln.startswith(f"{path}: inputs.w.static: an inplace input is written by every call") for ln in err), err

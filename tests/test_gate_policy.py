@@ -130,13 +130,18 @@ def test_a_gradients_tolerance_is_policy_listed_and_judged_by_the_base(tmp_path)
     assert judged.backward.tolerances == {} and judged.grad_tolerance("bf16", "w", pr.cases["ci"][0]).rtol < 0.5
 
 
-def test_an_output_made_grad_false_is_policy_listed_and_judged_by_the_base(tmp_path):
-    """grad = false lets a call that returns its outputs leave that output uncompared: a pull request that sets
-    it has the change listed, and is judged with the base's flag (the output compared)."""
+@pytest.mark.parametrize("tensor, flag, value, key, shown", [
+    ("out", "grad", False, "outputs.out.grad", "false"),   # a call returning its outputs may leave it uncompared
+    ("w", "static", True, "inputs.w.static", "true"),      # the checks stop giving it new values
+], ids=["grad-false", "static"])
+def test_a_tensor_flag_that_loosens_a_check_is_policy_listed_and_judged_by_the_base(tmp_path, tensor, flag, value,
+                                                                                    key, shown):
+    """A pull request that sets such a flag has the change listed, and is judged with the base's flag."""
     base = _spec(tmp_path / "base")
     pr = _spec(tmp_path / "pr")
-    pr = dataclasses.replace(pr, tensors=tuple(dataclasses.replace(t, grad=False) if t.name == "out" else t
+    pr = dataclasses.replace(pr, tensors=tuple(dataclasses.replace(t, **{flag: value}) if t.name == tensor else t
                                                for t in pr.tensors))
     found = {c.field: (c.base, c.pr) for c in policy.changes("tiny", base, pr)}
-    assert found == {"outputs.out.grad": ("(unset)", "false")}
-    assert [t.grad for t in policy.effective(pr, base).outputs] == [True]
+    assert found == {key: ("(unset)", shown)}
+    judged = next(t for t in policy.effective(pr, base).tensors if t.name == tensor)
+    assert getattr(judged, flag) == (not value)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.correctness.args import clone_args, is_zero_size, make_args, reference_args
+from harness.correctness.args import clone_args, is_zero_size, keep_static, make_args, reference_args
 from harness.correctness.checks import TimedCheck, compared, returned_outputs
 from harness.correctness.numerics import mismatch
 from harness.correctness.registry import CheckFailure
@@ -64,6 +64,7 @@ class ProbedCheck:
         c = self.check
         if self.fresh is None:  # once: the probe values and their reference
             self.fresh = make_args(c.spec, c.case, c.dtype, self.device, (self.seed ^ _PROBE_SEED) & 0x7FFFFFFF)
+            keep_static(self.fresh, self.pristine, c.spec)
             ref_args = reference_args(c.spec, clone_args(self.fresh), c.dtype)
             value = self.ref_fn(**ref_args.kwargs())
             self._sync()

@@ -128,6 +128,14 @@ def _copy_into(x: torch.Tensor, dtype: torch.dtype, layout: str, pattern=None) -
     return view, guard
 
 
+def keep_static(values: Arguments, original: dict, spec: Spec) -> None:
+    """``values``' static inputs (``static = true``: a weight's, the same on every call) set back to
+    ``original``'s, so the checks that give a call new values leave them as the first call saw them."""
+    for t in values.passed(spec.inputs):
+        if t.static:
+            values.tensors[t.name].copy_(original[t.name])
+
+
 def make_args(spec: Spec, case: Case, dtype: str, device, seed: int, layout: str | None = None,
               poison_with: int = 0) -> Arguments:
     """Fresh seeded inputs (the case's value set where an input lists it), outputs filled with poison number

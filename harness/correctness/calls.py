@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.correctness.args import Arguments, clone_args, make_args, reference_args
+from harness.correctness.args import Arguments, clone_args, keep_static, make_args, reference_args
 from harness.correctness.numerics import mismatch
 from harness.correctness.poison import poison
 from harness.correctness.registry import NOT_APPLICABLE, CheckFailure, check
@@ -23,9 +23,12 @@ _OTHER_SEED = 0x5EED
 
 
 def _other_inputs(run) -> Arguments:
-    """Inputs with other values (the case's shapes, dtypes and layout, another seed)."""
+    """Inputs with other values (the case's shapes, dtypes and layout, another seed); a static input keeps its
+    own (a weight does not change between a model's calls)."""
     c = run.ctx
-    return make_args(c.spec, c.case, c.dtype, c.device, (c.seed ^ _OTHER_SEED) & 0x7FFFFFFF)
+    other = make_args(c.spec, c.case, c.dtype, c.device, (c.seed ^ _OTHER_SEED) & 0x7FFFFFFF)
+    keep_static(other, run.pristine.tensors, c.spec)
+    return other
 
 
 def _write_inputs(args: Arguments, values: Arguments, spec) -> None:

@@ -4,7 +4,8 @@ gate does when the pull request changes them.
 A spec's policy-carrying fields are its ``[gate]`` rule, its tolerances (per dtype and per tensor), its
 ``[waive]`` entries, its reference, the reference's precision, its oracle and its roofline model (which the
 plausibility check of a timing reads), which outputs are ``grad = false`` (left out uncompared by a call that
-returns the others), and the same of its backward: each gradient's tolerance and
+returns the others), which inputs are ``static = true`` (never given new values by the checks), and the same of
+its backward: each gradient's tolerance and
 ``[backward.roofline]`` (a bwd or full row is judged by them). The gate judges both sides of a kernel with the
 *base's* values; a pull request that changes any of them gets each change listed in compare.md's "Policy
 changes" section, and the change applies only when a maintainer accepted it for the pull request's exact head
@@ -51,6 +52,8 @@ def fields_of(spec) -> dict[str, str]:
     out.update({f"waive.{key}": "waived" for key in spec.waivers})
     # grad = false lets a call that returns its outputs leave that output out, uncompared
     out.update({f"outputs.{t.name}.grad": "false" for t in spec.outputs if not t.grad})
+    # static = true lets a kernel keep what it derives from that input: the checks stop giving it new values
+    out.update({f"inputs.{t.name}.static": "true" for t in spec.inputs if t.static})
     b = spec.backward
     if b is not None:
         out.update({f"backward.tolerance.{n}.{d}": t.describe() for (n, d), t in b.tolerances.items()})
@@ -128,7 +131,10 @@ def effective(pr_spec, base_spec):
     base_tol = {t.name: t.tolerance for t in base_spec.tensors}
     # which outputs may be left out uncompared (grad = false) is the base's too: a new output is compared
     base_grad = {t.name: t.grad for t in base_spec.outputs}
-    tensors = tuple(dataclasses.replace(t, tolerance=base_tol.get(t.name), grad=base_grad.get(t.name, True))
+    # and which inputs keep their values under the checks (static = true): a new input gets new values
+    base_static = {t.name: t.static for t in base_spec.inputs}
+    tensors = tuple(dataclasses.replace(t, tolerance=base_tol.get(t.name), grad=base_grad.get(t.name, True),
+                                        static=base_static.get(t.name, False) and not t.output)
                     for t in pr_spec.tensors)
     backward = pr_spec.backward
     if backward is not None:  # the gradients' bounds and model too: the base's, none where the base has none

@@ -298,7 +298,7 @@ def _shape(r: Reader, t: dict, key: str) -> tuple[list, ex.Expr | None]:
 def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     key = f"{'outputs' if output else 'inputs'}.{name}"
     allowed = ["shape", "dtype", "tolerance"] + (["grad"] if output else ["values", "inplace", "contiguous",
-                                                                         "specials", "present"])
+                                                                         "specials", "present", "static"])
     r.keys(t, allowed, key, required=["shape"])
     if not output and isinstance(t.get("shape"), str):
         r.problem(f"{key}.shape", "expected a list of dimensions: a whole-shape expression is for outputs (an "
@@ -316,6 +316,9 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
     values = None if output else _distribution(r, t.get("values", "normal" if is_float else None),
                                                f"{key}.values", is_float)
     inplace = r.get(t, "inplace", bool, key, default=False)
+    static = r.get(t, "static", bool, key, default=False)
+    if static and inplace:
+        r.problem(f"{key}.static", "an inplace input is written by every call: it cannot keep its values")
     tolerance = None
     if "tolerance" in t:
         if not (output or inplace):
@@ -333,7 +336,7 @@ def _tensor(r: Reader, name: str, t: dict, output: bool) -> Tensor | None:
         return None
     return Tensor(name, tuple(dims), dtype, values or Distribution("normal", ()), inplace,
                   r.get(t, "contiguous", bool, key, default=False), output, tolerance, specials, present, whole,
-                  r.get(t, "grad", bool, key, default=True))
+                  r.get(t, "grad", bool, key, default=True), static)
 
 
 def _distribution(r: Reader, source, key: str, is_float: bool) -> Distribution | None:

@@ -124,6 +124,10 @@ class Tensor:
     # and rstd, as torch.native_layer_norm returns them): the backward gets no grad_<name> for it, and an
     # autograd callable may return the other outputs alone.
     grad: bool = True
+    # True: an input with the same values on every call, as a model's weights have. The checks that write new
+    # values into the inputs (stale, graph, stream, the timed re-check) leave it as it was, so a kernel may keep
+    # what it derives from it (a repacked or dequantised weight, as Marlin and serving stacks do).
+    static: bool = False
 
     @property
     def fixed_dtype(self) -> str | None:
