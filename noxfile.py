@@ -75,6 +75,12 @@ def test(session: nox.Session) -> None:
     # that calls torch.compile: on a 2-core machine the pool cost more than it saved (the compile items of two
     # specs: 37 s of CPU with it, 26 s without). The caller's setting wins.
     env = {} if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ else {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    # One intra-op thread per worker: pytest-xdist's workers already fill the cores, and torch's default (a
+    # thread per core in every worker, and in every process a test starts) oversubscribes them. On the shared
+    # 2-core machine, two workers over the ceilings, backward-kernel, TMA matmul tests and the layernorm spec's
+    # items: 146 s of wall time with the default, 94 s with one thread. The caller's setting wins.
+    if (spread or picked) and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1"
     session.run(_shared_python(session), "-m", "pytest", *spread, *session.posargs, external=True, env=env)
 
 
