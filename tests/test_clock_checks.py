@@ -281,3 +281,32 @@ def test_static_and_inplace_together_is_one_line_naming_the_key(tmp_path, capsys
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert any(ln.startswith(f"{path}: inputs.w.static: an inplace input is written by every call") for ln in err), err
+
+
+def test_a_static_input_is_never_written_so_a_cache_keyed_by_its_version_stays_valid(tmp_path):
+    """Not even with its own values: a write bumps the tensor's version counter, and a launcher that keys what it
+    derives by it (as the int4 torch peer does) would derive it again inside a timed call."""
+    import functools
+
+    from harness.bench.recheck import ProbedCheck
+    from harness.correctness.args import clone_args, make_args, reference_args
+    from harness.correctness.calls import _write_inputs
+    from harness.correctness.checks import TimedCheck
+    from harness.timing.engine import TimingConfig, measure
+
+    spec = _static_w(tmp_path, "tests.planted.broken_kernels:scale", True)
+    case = spec.cases["ci"][0]
+    args = make_args(spec, case, "fp32", "cpu", 7)
+    x, w = args.tensors["x"], args.tensors["w"]
+    versions = (x._version, w._version)
+    _write_inputs(args, make_args(spec, case, "fp32", "cpu", 8), spec)
+    assert (x._version > versions[0], w._version) == (True, versions[1])
+    ref_fn = resolve_import(spec.reference)
+    ref_args = reference_args(spec, clone_args(args), "fp32")
+    ref_fn(**ref_args.kwargs())
+    check = ProbedCheck(TimedCheck(spec, "fp32", case, args, {"out": ref_args.tensors["out"]}), ref_fn, "cpu", 7)
+    cfg = TimingConfig(min_samples=64, max_samples=64, min_time_s=0.0, max_rsd=0.0, timeout_s=30.0)
+    fn = resolve_import("tests.planted.broken_kernels:scale")
+    measure(check.wrap(functools.partial(fn, **args.kwargs())), device="cpu", config=cfg, outputs=check)
+    check.verify()
+    assert check.probes >= 3 and w._version == versions[1]
