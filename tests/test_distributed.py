@@ -158,3 +158,16 @@ def test_a_collective_is_judged_against_the_bus_bandwidth_measured_on_its_ranks(
     assert r.bytes == pytest.approx(bus_bytes)
     assert r.pct_roofline == pytest.approx(100 * bus_bytes / (r.stats["median"] * 1e-6) / 1e9 / cached.busbw_gbps)
     assert r.verdict == "n/a"  # gloo on a host is not judged by a GPU link's target
+    from harness.results.load import case_from_json
+    from harness.results.model import to_json
+
+    assert case_from_json(to_json(r)).bound == "bus"  # the run's journal reads it back
+
+
+def test_the_gate_lists_a_distributed_kernel_as_not_compared_rather_than_running_it_in_one_process():
+    from harness.gate.ab import plan_pairs
+
+    spec = load_spec(REPO / "specs" / "all_reduce.toml")
+    plan = plan_pairs({"all_reduce": spec}, {"all_reduce": spec}, ())
+    assert plan.pairs == ()
+    assert [u for u in plan.unmatched if u.startswith("all_reduce: a [distributed] kernel")], plan.unmatched

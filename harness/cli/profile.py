@@ -101,6 +101,10 @@ def cmd_profile(args) -> int:
         if case is None:
             print(f"[{i}/{len(specs)}] {spec.name}: no [[cases.bench]] to profile", file=sys.stderr)
             continue
+        if spec.distributed is not None:  # ncu profiles one process; a collective's call needs all its ranks
+            print(f"[{i}/{len(specs)}] {spec.name}: a [distributed] kernel: not profiled (its call needs every rank "
+                  "of a group, ncu runs one process)", file=sys.stderr)
+            continue
         t = Target(spec, str(path), case, pick_dtype(spec, args.dtype), candidate(spec, device))
         print(f"[{i}/{len(specs)}] {t.label}: under ncu", file=sys.stderr, flush=True)
         record, log = profile_kernel(ncu, t, out, ceilings, seed=args.seed, timeout=args.timeout,

@@ -56,6 +56,10 @@ def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_p
     pairs, unmatched = [], list(base_problems)
     for name in sorted(set(pr_specs) & set(base_specs)):
         pr, base = pr_specs[name], base_specs[name]
+        if pr.distributed is not None or base.distributed is not None:
+            unmatched.append(f"{name}: a [distributed] kernel: the A/B timing runs in one process, not on a group "
+                             "of ranks, so its cases are not compared (bench times them alone)")
+            continue
         base_ids = {c.id for c in base.cases["bench"]}
         pr_ids = {c.id for c in pr.cases["bench"]}
         unmatched += [f"{name} {i}: only in the PR" for i in sorted(pr_ids - base_ids)]

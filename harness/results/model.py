@@ -26,7 +26,7 @@ ROLES = ("candidate", "baseline", "peer")
 VERDICTS = ("pass", "below-target", "model-error", "implausible", "n/a")
 
 
-BOUNDS = ("memory", "compute")
+BOUNDS = ("memory", "compute", "bus")  # bus: a collective, against the link between its ranks
 
 
 ARCH_STATUSES = ("ran", "fallback", "skipped", "unavailable")
@@ -75,7 +75,7 @@ class CaseResult:
     gbps: float | None
     tflops: float | None
     pct_roofline: float | None    # percent of the measured roofline
-    bound: str | None             # "memory" | "compute" | "bus" (a collective: the link between ranks)
+    bound: str | None             # one of BOUNDS
     ceiling_gbps: float | None    # measured bandwidth at the case's read fraction (a collective: bus bandwidth)
     target: float | None          # fraction of the roofline the spec asks for
     verdict: str                  # "pass" | "below-target" | "model-error" | "n/a"
