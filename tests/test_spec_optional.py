@@ -253,23 +253,22 @@ def test_a_reduced_loss_of_shape_1_fails_where_the_shape_expression_says_0_d(tmp
     assert "numerics: loss: returned (1,), expected shape ()" in messages[0], messages[0]
 
 
-def test_the_generated_items_pass_with_the_correct_kernel_and_fail_with_a_planted_one(pytester):
+def test_the_generated_items_pass_with_the_correct_kernel_and_fail_with_a_planted_one(pytester, monkeypatch):
     """Collected by the plugin as any spec is: every case item and the op items pass; the planted kernel's
-    failing items are its mean cases. In-process, as isolation is not under test: a subprocess imports torch and
-    warms torch.compile's C++ toolchain up again (12 s), which a test worker does once (29 s alone as subprocesses,
-    22 s in-process, on the shared 2-core machine)."""
+    failing items are its mean cases."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     specs = pytester.path / "specs"
     specs.mkdir()
     spec = load(write(specs))
     # the triton backend's compile item runs the optional input through torch.compile; the reference's would
     # be a second cold compile of the same op schema
-    result = pytester.runpytest_inprocess("--specs", "specs", "--dtype", "fp32", "-p", "no:cacheprovider",
-                                          "--deselect", "specs/planted_optional.toml::planted_optional"
-                                          "[reference-fp32-compile]")
+    result = pytester.runpytest_subprocess("--specs", "specs", "--dtype", "fp32", "-p", "no:cacheprovider",
+                                           "--deselect", "specs/planted_optional.toml::planted_optional"
+                                           "[reference-fp32-compile]", timeout=600)
     assert outcomes(result) == {"passed": fp32_items(spec) - 1, "deselected": 1}, result.stdout.str()[-3000:]
     write(specs, "loss_mean_as_sum")
-    result = pytester.runpytest_inprocess("--specs", "specs", "--dtype", "fp32", "-k", "triton and not opcheck "
-                                          "and not compile", "-p", "no:cacheprovider", "-rf")
+    result = pytester.runpytest_subprocess("--specs", "specs", "--dtype", "fp32", "-k", "triton and not opcheck "
+                                           "and not compile", "-p", "no:cacheprovider", "-rf", timeout=600)
     failed = set(re.findall(r"^FAILED specs/planted_optional\.toml::planted_optional\[triton-fp32-(\S+)\]",
                             result.stdout.str(), re.M))
     assert failed == _ids(spec, lambda env, passed: env["reduction"] == "mean"), result.stdout.str()[-3000:]
