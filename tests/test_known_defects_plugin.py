@@ -86,7 +86,9 @@ def _project(root, defects: str, table: str = 'known-defects = "known_defects.to
 
 
 def _run(pytester, *args):
-    # in-process: a subprocess each (importing torch) took 3 to 4 s of a run's 4; -n 2 still starts real workers
+    # in-process: a subprocess each (importing torch) took 3 to 4 s of a run's 4; -n 2 still starts real workers.
+    # The spec waives opcheck and compile, and must: pytester drops the modules an in-process run imported, and a
+    # worker whose first torch.compile ran in one failed every later compile item (tests/test_spec_optional.py)
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--backend", "torch", "-rA", *args)
 
 
