@@ -43,7 +43,9 @@ CHECKS: tuple[CheckInfo, ...] = (
     CheckInfo("stale", "a result that does not follow its inputs: the kernel runs twice on the same buffers with "
                        "new values written into the inputs in place between the calls and its outputs poisoned "
                        "again; the second result must match the second reference (result replay, a cache keyed "
-                       "by data pointer, outputs written on the first call only)", False, 90),
+                       "by data pointer, outputs written on the first call only). An input declared "
+                       "`static = true` (a model's weight) keeps its values here, in stream and graph and in the "
+                       "bench's timed re-check, so a kernel may cache what it derives from it", False, 90),
     CheckInfo("stream", "work that is not on the caller's stream (GPU only): the call runs on a fresh stream "
                         "whose inputs are written behind a spin, and the outputs are read after synchronizing "
                         "that stream only, never the device", False, 100),
