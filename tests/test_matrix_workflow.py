@@ -208,3 +208,28 @@ def test_print_totals_counts_configs_problems_waivers(capsys):
     assert capsys.readouterr().out == ("matrix: 2 compiled kernel configs x archs (sm_90, gfx942, gfx950), "
                                        "1 problem(s), 1 waived, 1 not applicable\n")
 
+
+
+def test_a_standalone_backward_kernel_is_a_matrix_backend_of_its_own_with_its_own_waivers():
+    """[backward.backends.<name>] kernel compiles as "<name> backward", launched with the backward's meta
+    arguments; backward.matrix.<target> waives it alone, the forward keeps that target."""
+    from harness.spec.model import Backend
+
+    triton = Backend("triton", "m:fwd", requires=("triton",))
+    bwd = NS(backends={"triton": NS(kernel="m:bwd")})
+    spec = NS(**vars(_spec(triton, waivers={"backward.matrix.rocm": "not tuned for AMD"})), backward=bwd)
+    run = _run(archs=("sm_90", "gfx942"), specs=(spec,), meta_backward_args=lambda s, c, d: {"bwd": c})
+    jobs = {j.backend.name: j for j in wf.plan_backends(run).backends}
+    assert jobs["triton"].archs == ("sm_90", "gfx942") and not jobs["triton"].backward
+    back = jobs["triton backward"]
+    assert (back.backward, back.backend.impl, back.archs) == (True, "m:bwd", ("sm_90",))
+    assert [(e.arch, e.status, e.reason) for e in back.entries] == [("gfx942", "waived", "not tuned for AMD")]
+    assert "triton backward" not in {j.backend.name for j in wf.plan_backends(replace(run, meta_backward_args=None))
+                                     .backends}
+
+
+def test_the_backward_matrix_waiver_is_a_valid_key_and_a_bad_target_is_not():
+    from harness.spec.waivers import key_problem
+
+    assert key_problem("backward.matrix.gfx942") == "" and key_problem("backward.matrix.rocm") == ""
+    assert "not a matrix target: 'mi300'" in key_problem("backward.matrix.mi300")

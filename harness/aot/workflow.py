@@ -38,7 +38,7 @@ from harness.spec import select
 from harness.spec.archs import DEFAULT_ARCHS, ArchError, is_amd, parse_targets
 from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 from harness.spec.model import TIERS, Backend, Case, Spec
-from harness.spec.waivers import matrix_waiver
+from harness.spec.waivers import backward_matrix_waiver, matrix_waiver
 from harness.steps import BadInput
 
 CUDA, TRITON = "cuda", "triton"
@@ -55,12 +55,15 @@ class BackendJob:
     records: tuple = ()                   # TRITON: each distinct launch (harness.aot.launches.LaunchRecord)
     errors: tuple[str, ...] = ()          # TRITON: launcher failures
     rows: tuple[TableRow, ...] = ()       # TRITON: the compiled rows no earlier backend had compiled
+    backward: bool = False                # the backend's standalone backward kernel (named "<backend> backward")
 
 
 @dataclass(frozen=True)
 class MatrixRun:
     meta_args: Callable[[Spec, Case, str], dict]    # (spec, case, dtype) -> the call's arguments on "meta"
     write_text: Callable[[Path, str], None]         # (path, text), atomically
+    # meta_args for a standalone backward kernel (``[backward.backends.<name>] kernel``); None: forwards only
+    meta_backward_args: Callable[[Spec, Case, str], dict] | None = None
     specs_dir: str = "specs"
     kernels: tuple[str, ...] = ()                   # --kernel, each item comma-separated; () = every spec
     arch_options: tuple[str, ...] = ()              # --arch, each item comma-separated
@@ -123,7 +126,26 @@ def plan_backends(run: MatrixRun) -> MatrixRun:
             else:
                 kind, archs = "", ()
             planned.append(BackendJob(spec, backend, kind, archs, tuple(entries)))
+            if kind == TRITON and run.meta_backward_args is not None and (kernel := _backward_kernel(spec, backend)):
+                planned.append(_backward_job(spec, backend, kernel, archs, run.compile_waived))
     return replace(run, backends=tuple(planned))
+
+
+def _backward_kernel(spec: Spec, backend: Backend) -> str | None:
+    """The import path of the backend's standalone backward kernel, or None."""
+    bwd = spec.backward.backends.get(backend.name) if spec.backward is not None else None
+    return bwd.kernel if bwd is not None else None
+
+
+def _backward_job(spec: Spec, backend: Backend, kernel: str, archs: tuple, compile_waived: bool) -> BackendJob:
+    """A backend's standalone backward kernel as a matrix backend of its own (``<backend> backward``), its targets
+    the forward's less those the spec waives for it (``[waive] backward.matrix.<target>``)."""
+    name = f"{backend.name} backward"
+    waived = {} if compile_waived else \
+        {a: r for a in archs if (r := backward_matrix_waiver(spec.waivers, a)) is not None}
+    entries = tuple(MatrixEntry(spec.name, name, a, "waived", 0, "not compiled", (), r) for a, r in waived.items())
+    return BackendJob(spec, dataclasses.replace(backend, name=name, impl=kernel), TRITON,
+                      tuple(a for a in archs if a not in waived), entries, backward=True)
 
 
 def _each(run: MatrixRun, kind: str, fn: Callable[[BackendJob], BackendJob]) -> MatrixRun:
@@ -149,7 +171,8 @@ def build_cuda_backends(run: MatrixRun) -> MatrixRun:
 
 def record_launches(run: MatrixRun) -> MatrixRun:
     def record(job: BackendJob) -> BackendJob:
-        records, errors = triton_launches(job.spec, job.backend, run.meta_args)
+        records, errors = triton_launches(job.spec, job.backend,
+                                          run.meta_backward_args if job.backward else run.meta_args)
         return replace(job, records=tuple(records), errors=tuple(errors))
 
     return _each(run, TRITON, record)
@@ -269,7 +292,8 @@ def triton_launches(spec: Spec, backend: Backend, meta_args) -> tuple[list, list
                             seen.add(key)
                             records.append(r)
                 except Exception as exc:  # noqa: BLE001 - reported, the matrix goes on
-                    if spec.must_refuse(backend.name, case.layout) or isinstance(exc, ValueError):
+                    if spec.must_refuse(backend.name.removesuffix(" backward"), case.layout) \
+                            or isinstance(exc, ValueError):
                         continue  # a layout refused as declared (any exception, as in pytest), or a shape
                     errors.append(f"{spec.name} {backend.name} {dtype} {case.id}: launcher failed: "
                                   f"{type(exc).__name__}: {exc}")

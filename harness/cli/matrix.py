@@ -45,13 +45,13 @@ def cmd_matrix(args) -> int:
     if args.triton is not None:
         return _across_releases(args)
     from harness.aot.workflow import STEPS, MatrixRun
-    from harness.correctness.args import meta_args
+    from harness.correctness.args import meta_args, meta_backward_args
     from harness.results.io import atomic_write_text
     from harness.steps import execute
 
-    first = MatrixRun(meta_args=meta_args, write_text=atomic_write_text, specs_dir=args.specs_dir,
-                      kernels=tuple(args.kernel), arch_options=tuple(args.arch), compile_waived=args.compile_waived,
-                      out=args.out, jobs=args.jobs)
+    first = MatrixRun(meta_args=meta_args, meta_backward_args=meta_backward_args, write_text=atomic_write_text,
+                      specs_dir=args.specs_dir, kernels=tuple(args.kernel), arch_options=tuple(args.arch),
+                      compile_waived=args.compile_waived, out=args.out, jobs=args.jobs)
     run = execute(STEPS, first, trace=os.environ.get("KH_TRACE_STEPS") == "1")
     return EXIT_FAILED if run.problems else EXIT_OK
 

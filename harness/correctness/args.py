@@ -176,6 +176,24 @@ def meta_args(spec: Spec, case: Case, dtype: str) -> dict:
     return {**out, **spec.param_values(env)}
 
 
+def meta_backward_args(spec: Spec, case: Case, dtype: str) -> dict:
+    """A standalone backward's keywords (``[backward.backends.<name>] kernel``) as meta tensors, as the generated
+    backward items call it: the saved tensors and a grad per differentiable output in the case's layout, a
+    gradient buffer per backward input, None for what the case leaves out, and the params."""
+    from harness.spec.backward import grad_name
+
+    fwd = meta_args(spec, case, dtype)
+    out = {n: fwd[n] if fwd[n] is None or any(t.name == n and not t.output for t in spec.tensors)
+           else strided_like(fwd[n], case.layout) for n in spec.backward.saved if n in fwd}
+    for t in spec.differentiable_outputs:
+        x = fwd.get(t.name)
+        out[grad_name(t.name)] = None if x is None else strided_like(torch.empty_like(x), case.layout)
+    for n in spec.backward.inputs:
+        x = fwd.get(n)
+        out[grad_name(n)] = None if x is None else torch.empty(x.shape, dtype=x.dtype, device="meta")
+    return {**out, **{k: v for k, v in fwd.items() if k not in {t.name for t in spec.tensors}}}
+
+
 def clone_args(args: Arguments, *, layout: str | None = None, dtype_map=None) -> Arguments:
     """Copies of the arguments, each between fresh guard bands: in the same layouts (``layout=None``), or all
     in ``layout``; ``dtype_map`` re-types each tensor."""

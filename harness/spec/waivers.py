@@ -57,6 +57,8 @@ def flat_waivers(table: dict) -> list[tuple[str, object]]:
 def key_problem(key: str, peers=()) -> str:
     """"" for a valid ``[waive]`` key, else what is wrong with it, in one line."""
     kind, name = parse_key(key)
+    if kind == _BACKWARD and name.startswith(f"{_MATRIX}."):  # the standalone backward kernel's matrix target
+        kind, name = parse_key(name)
     if kind == _MATRIX:
         if name in VENDORS:
             return ""
@@ -69,7 +71,7 @@ def key_problem(key: str, peers=()) -> str:
         if name in BACKWARD_WAIVABLE:
             return ""
         return (f"not a waivable backward check: {name!r}{did_you_mean(name, BACKWARD_WAIVABLE)} (one of "
-                f"{', '.join(BACKWARD_WAIVABLE)})")
+                f"{', '.join(BACKWARD_WAIVABLE)}; or matrix.<target> for the backward kernel's compile)")
     if kind == _BENCH:
         known = BASELINES + tuple(peers)
         if name in known:
@@ -87,11 +89,14 @@ def bench_waiver(waivers: dict[str, str], provider: str) -> str | None:
     return waivers.get(f"{_BENCH}.{provider}")
 
 
-def matrix_waiver(waivers: dict[str, str], arch: str) -> str | None:
-    """The reason a spec waives `arch` in the matrix (by its name or its vendor), or None."""
+def matrix_waiver(waivers: dict[str, str], arch: str, prefix: str = "") -> str | None:
+    """The reason a spec waives `arch` in the matrix (by its name or its vendor), or None. ``prefix``: the
+    backward kernel's waivers (``backward.matrix.<target>``) with ``backward.``."""
     name, vendor = parse_arch(arch).name, vendor_of(arch)
     for key, reason in waivers.items():
-        kind, target = parse_key(key)
+        if not key.startswith(prefix):
+            continue
+        kind, target = parse_key(key.removeprefix(prefix))
         if kind != _MATRIX:
             continue
         if VENDORS.get(target) == vendor or (target not in VENDORS and parse_arch(target).name == name):
@@ -99,10 +104,15 @@ def matrix_waiver(waivers: dict[str, str], arch: str) -> str | None:
     return None
 
 
+def backward_matrix_waiver(waivers: dict[str, str], arch: str) -> str | None:
+    """The reason a spec waives `arch` for its standalone backward kernel's compile, or None."""
+    return matrix_waiver(waivers, arch, f"{_BACKWARD}.")
+
+
 def _what(key: str) -> str:
     kind, name = parse_key(key)
     if kind == _BACKWARD:
-        return f"backward check {name} waived"
+        return f"backward kernel's {name} waived" if name.startswith(f"{_MATRIX}.") else f"backward check {name} waived"
     return f"provider {name} not benchmarked" if kind == _BENCH else f"check {key} waived"
 
 
