@@ -5,6 +5,7 @@ world size and the end-to-end run one case per kernel."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import uuid
@@ -171,3 +172,6 @@ def test_the_gate_lists_a_distributed_kernel_as_not_compared_rather_than_running
     plan = plan_pairs({"all_reduce": spec}, {"all_reduce": spec}, ())
     assert plan.pairs == ()
     assert [u for u in plan.unmatched if u.startswith("all_reduce: a [distributed] kernel")], plan.unmatched
+    # a pull request cannot escape the comparison by declaring a plain kernel distributed: the base decides
+    plain = dataclasses.replace(spec, distributed=None)
+    assert plan_pairs({"all_reduce": spec}, {"all_reduce": plain}, ()).pairs

@@ -56,7 +56,9 @@ def plan_pairs(pr_specs: dict, base_specs: dict, dtypes: tuple[str, ...], base_p
     pairs, unmatched = [], list(base_problems)
     for name in sorted(set(pr_specs) & set(base_specs)):
         pr, base = pr_specs[name], base_specs[name]
-        if pr.distributed is not None or base.distributed is not None:
+        # the base's spec decides (policy comes from the base): a pull request that adds [distributed] to a kernel
+        # is still compared, and fails there, rather than escaping the gate
+        if base.distributed is not None:
             unmatched.append(f"{name}: a [distributed] kernel: the A/B timing runs in one process, not on a group "
                              "of ranks, so its cases are not compared (bench times them alone)")
             continue
