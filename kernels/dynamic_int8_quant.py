@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from kernels.common import interpreted
+from kernels.common import interpreted, next_power_of_2
 
 # Longest row held in registers in one pass; longer rows are read twice (absmax, then quantise).
 _MAX_SINGLE_BLOCK = 8192
@@ -37,7 +37,7 @@ class QuantConfig:
     @functools.lru_cache(maxsize=256)
     def for_shape(cls, cols: int) -> QuantConfig:
         single = cols <= _MAX_SINGLE_BLOCK
-        block_n = triton.next_power_of_2(max(cols, 1)) if single else _BLOCK
+        block_n = next_power_of_2(max(cols, 1)) if single else _BLOCK
         # about 8 elements per thread: 16-byte loads of 16-bit inputs, no spills
         return cls(block_n=block_n, num_warps=max(1, min(16, block_n // 256)), single_pass=single)
 

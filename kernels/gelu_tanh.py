@@ -12,13 +12,14 @@ below about -3), this form keeps it. For u < -44, exp(-2u) overflows to inf and 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.common import needs_bf16_rounding, round_to_bf16
+from kernels.common import cdiv, needs_bf16_rounding, next_power_of_2, round_to_bf16
 from kernels.silu_and_mul import SiluAndMulConfig
 
 # Flat (contiguous) elements per program, at most.
@@ -40,14 +41,16 @@ class GeluConfig:
     num_warps: int
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def for_flat(cls, numel: int) -> GeluConfig:
         """A contiguous input seen as one row of ``numel`` elements."""
-        per_program = triton.next_power_of_2(triton.cdiv(numel, _MIN_PROGRAMS))
+        per_program = next_power_of_2(cdiv(numel, _MIN_PROGRAMS))
         block_n = min(max(per_program, _MIN_FLAT_BLOCK), _MAX_FLAT_BLOCK)
-        per_thread = 32 if triton.cdiv(numel, block_n) >= _MANY_PROGRAMS else 16
+        per_thread = 32 if cdiv(numel, block_n) >= _MANY_PROGRAMS else 16
         return cls(block_m=1, block_n=block_n, num_warps=min(max(block_n // (32 * per_thread), 1), 8))
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def for_rows(cls, n_rows: int, d: int, column_major: bool) -> GeluConfig:
         """A strided [rows, d] output whose input rows are read at the same columns: silu_and_mul's tiling."""
         c = SiluAndMulConfig.for_shape(n_rows, d, column_major)
@@ -92,8 +95,8 @@ def _gelu_kernel(
 def launch_rows(x: torch.Tensor, out: torch.Tensor, gated: bool, cfg: GeluConfig) -> None:
     """``out[r, c] = gelu(x[r, c]) (* x[r, c + d])`` for 2-D x and out of any strides, d = out's columns."""
     n_rows, d = out.shape
-    n_col_blocks = triton.cdiv(d, cfg.block_n)
-    grid = (triton.cdiv(n_rows, cfg.block_m) * n_col_blocks,)
+    n_col_blocks = cdiv(d, cfg.block_n)
+    grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
     _gelu_kernel[grid](
         x, out, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),

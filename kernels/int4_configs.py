@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import triton
 
+from kernels.common import next_power_of_2
+
 GROUP_SIZE = 128
 # Programs that share a band of a's rows walk w's columns together, so a band stays in L2 while it is used.
 _GROUP_M = 8
@@ -45,7 +47,7 @@ class Int4Config:
         """The Triton interpreter's config: a tile covering as much of the problem as _INTERP_BLOCK allows."""
 
         def fit(size: int, lo: int = 16) -> int:
-            return min(max(triton.next_power_of_2(size), lo), _INTERP_BLOCK)
+            return min(max(next_power_of_2(size), lo), _INTERP_BLOCK)
 
         return cls(fit(m), fit(n), min(fit(k), GROUP_SIZE), 1, 4, 1)
 
@@ -120,7 +122,7 @@ def prune_configs(configs, named_args, **kwargs):
     if m <= _DECODE_M:
         kept = [c for c in configs if c.kwargs["BLOCK_M"] == 16]
     else:
-        tall = triton.next_power_of_2(m)
+        tall = next_power_of_2(m)
         kept = [c for c in configs if 32 <= c.kwargs["BLOCK_M"] <= tall and (m < 1024 or c.kwargs["BLOCK_M"] >= 64)]
     if not kept:
         shortest = min(c.kwargs["BLOCK_M"] for c in configs)

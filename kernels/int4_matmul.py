@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16, sm_count
 from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this module's public names too
     _DECODE_M,
     _SWAP_MIN_M,
@@ -237,6 +237,7 @@ _int4_matmul_autotuned = triton.autotune(
     key=["M", "N", "KU", "KU_PER_SPLIT", "WORDS"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_int4_matmul_kernel)
+_int4_launch = CachedAutotune(_int4_matmul_autotuned)
 
 
 # Decode split of K: aim for this many programs per multiprocessor (the weight stream needs several tiles in
@@ -251,8 +252,8 @@ def _split_k(m: int, n: int, k: int, sms: int) -> int:
     """How many K ranges a decode launch splits into (1: none): enough programs to fill the GPU."""
     if m > _DECODE_M:
         return 1
-    groups = triton.cdiv(k, GROUP_SIZE)
-    tiles = triton.cdiv(n, _DECODE_TILE_N)
+    groups = cdiv(k, GROUP_SIZE)
+    tiles = cdiv(n, _DECODE_TILE_N)
     split = 1
     while tiles * split * 2 <= _PROGRAMS_PER_SM * sms and groups // (split * 2) >= _MIN_SPLIT_GROUPS:
         split *= 2
@@ -264,7 +265,7 @@ def _check(a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.
         raise ValueError("int4_matmul: expected 2-d a [M, K], w [N, K // 2], scales [N, G], zeros [N, G], c [M, N]")
     m, k = a.shape
     n = w.shape[0]
-    groups = triton.cdiv(k, GROUP_SIZE)
+    groups = cdiv(k, GROUP_SIZE)
     if k % 2:
         raise ValueError(f"int4_matmul: K = {k} must be even: w packs two 4-bit values per byte along K")
     if w.shape[1] != k // 2 or scales.shape != (n, groups) or zeros.shape != (n, groups) or c.shape != (m, n):
@@ -321,8 +322,8 @@ def int4_matmul(
 
     words = _words_ok(w, k) if words is None else words
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
-    ku_per_split = triton.cdiv(triton.cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
-    split = triton.cdiv(k // unit, ku_per_split)
+    ku_per_split = cdiv(cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
+    split = cdiv(k // unit, ku_per_split)
     out, out_strides = _workspace(split, c)
     wu = w.view(torch.int32) if words else w
     is_bf16 = a.dtype == torch.bfloat16
@@ -357,7 +358,7 @@ def int4_matmul(
         RNE_BF16=rne and split == 1,
     )
     if cfg is not None:
-        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), split)
+        grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split)
         _int4_matmul_kernel[grid](
             *args,
             BLOCK_M=cfg.block_m,
@@ -371,9 +372,9 @@ def int4_matmul(
     else:
 
         def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), split)
+            return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), split)
 
-        _int4_matmul_autotuned[grid](*args, **flags)
+        _int4_launch[grid](*args, **flags)
     if split > 1:
         _reduce_splits(out, c, split)
 
@@ -389,7 +390,7 @@ def _workspace(split: int, c: torch.Tensor) -> tuple[torch.Tensor, tuple[int, in
 
 def _reduce_splits(out: torch.Tensor, c: torch.Tensor, split: int) -> None:
     m, n = c.shape
-    _splitk_reduce_kernel[(triton.cdiv(m * n, _REDUCE_BLOCK),)](
+    _splitk_reduce_kernel[(cdiv(m * n, _REDUCE_BLOCK),)](
         out, c, m * n, n, out.stride(0), c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=_REDUCE_BLOCK,
         RNE_BF16=needs_bf16_rounding(c), num_warps=2)  # fmt: skip
 

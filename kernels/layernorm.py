@@ -15,13 +15,14 @@ ones with Chan's parallel Welford update, then read again to normalise.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.common import cdiv, interpreted, needs_bf16_rounding, next_power_of_2, round_to_bf16
 
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so RMSNorm's launch heuristic where
 # _ONE_PASS (below) has no measured entry: rows packed per program while many remain, one row in registers up to
@@ -128,11 +129,12 @@ _ONE_PASS = {256: (16, 4), 512: (4, 2), 1024: (2, 4), 2048: (2, 4), 4096: (2, 8)
              32768: (1, 32)}
 
 
+@functools.lru_cache(maxsize=256)
 def forward_config(n_rows: int, n_cols: int, interpreted: bool = False) -> RMSNormConfig:
     """RMSNorm's launch rule, but _ONE_PASS's where a row length is listed and enough rows remain to fill the GPU
     with it (decode-sized batches keep RMSNorm's, which spreads a row over more threads)."""
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted)
-    block_n = max(triton.next_power_of_2(n_cols), 16)
+    block_n = max(next_power_of_2(n_cols), 16)
     tuned = _ONE_PASS.get(block_n)
     if interpreted or tuned is None or n_rows < tuned[0] * _MIN_PROGRAMS:
         return cfg
@@ -164,7 +166,7 @@ def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
             rstd.fill_(float("nan"))
         return
     cfg = forward_config(n_rows, n_cols, interpreted(x))
-    _layernorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
+    _layernorm_kernel[(cdiv(n_rows, cfg.block_m),)](
         x, weight, bias, out, mean, rstd, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
         out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,

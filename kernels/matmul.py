@@ -16,7 +16,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, load_cuda_extension, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.common import (
+    CachedAutotune,
+    cdiv,
+    interpreted,
+    load_cuda_extension,
+    needs_bf16_rounding,
+    next_power_of_2,
+    round_to_bf16,
+    sm_count,
+)
 
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
 # Programs that share a band of a's rows walk b's columns together, so a band stays in L2 while it is used.
@@ -46,7 +55,7 @@ class MatmulConfig:
     def interpreted(cls, m: int, n: int, k: int) -> MatmulConfig:
         """The Triton interpreter's config: a tile covering as much of the problem as _INTERP_BLOCK allows."""
         def fit(size: int) -> int:
-            return min(max(triton.next_power_of_2(size), 16), _INTERP_BLOCK)
+            return min(max(next_power_of_2(size), 16), _INTERP_BLOCK)
         return cls(fit(m), fit(n), fit(k), 1, 4, 1)
 
 
@@ -96,7 +105,7 @@ def prune_configs(configs, named_args, **kwargs):
     """Tiles no taller than M needs (decode keeps its 16-64-row tiles), no short tiles for large M, and for an
     unaligned launch only tiles that fit in registers without the pipeline."""
     m = named_args["M"]
-    tall = triton.next_power_of_2(max(m, 16))
+    tall = next_power_of_2(max(m, 16))
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= tall and (m < 1024 or c.kwargs["BLOCK_M"] >= 64)]
     if not _aligned(named_args):
         kept = [c for c in (kept or configs) if _elements_per_thread(c) <= _UNPIPELINED_ELEMENTS]
@@ -179,6 +188,7 @@ _matmul_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_matmul_kernel)
+_matmul_launch = CachedAutotune(_matmul_autotuned)
 
 
 def epilogue_code(epilogue: int | str) -> int:
@@ -209,15 +219,15 @@ def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Ten
             c.stride(0), c.stride(1))
     if interpreted(a):  # one large tile, no autotuning (it would time nothing)
         cfg = MatmulConfig.interpreted(m, n, k)
-        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+        grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
         _matmul_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                              GROUP_M=cfg.group_m, EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
                              UPCAST_DOT=a.dtype == torch.bfloat16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return
 
     def grid(meta):
-        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
-    _matmul_autotuned[grid](*args, EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+    _matmul_launch[grid](*args, EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
 
 
 def _activation(z: torch.Tensor, code: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
 
 _GROUP_M = 8
@@ -84,6 +84,7 @@ _matmul_fp8_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "IMPRECISE_ACC"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_matmul_fp8_kernel)
+_matmul_fp8_launch = CachedAutotune(_matmul_fp8_autotuned)
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -122,17 +123,17 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
             stride_sa, stride_sb, c.stride(0), c.stride(1))
     if interpreted(a):  # one large tile, no autotuning; the interpreter's dot is exact fp32
         cfg = MatmulConfig.interpreted(m, n, k)
-        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+        grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
         _matmul_fp8_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                                  GROUP_M=cfg.group_m, RNE_BF16=needs_bf16_rounding(c), IMPRECISE_ACC=None,
                                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return
 
     def grid(meta):
-        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
     # None: Triton's default on sm_90, the whole K in the instruction's accumulator; a number: promoted every
     # that many products. The autotuner fills BLOCK_K, so the promotion interval is passed as one block.
-    _matmul_fp8_autotuned[grid](*args, RNE_BF16=False, IMPRECISE_ACC=None if fast_accum else _PROMOTE_EVERY)
+    _matmul_fp8_launch[grid](*args, RNE_BF16=False, IMPRECISE_ACC=None if fast_accum else _PROMOTE_EVERY)
 
 
 # Products per promotion into the fp32 accumulator: one 64-deep wgmma chunk pair, no more than the smallest

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16, sm_count
 from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul
 
 try:  # Triton 3.4+ (the GPU machine's 3.6 and the newest both have it)
@@ -155,6 +155,7 @@ _persistent_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "EPILOGUE"],
     prune_configs_by={"early_config_prune": prune_boxes},
 )(_persistent_kernel)
+_persistent_launch = CachedAutotune(_persistent_autotuned)
 
 
 def _tma_ready(t: torch.Tensor) -> bool:
@@ -202,7 +203,7 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
         c_box = [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]
         descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
                  TensorDescriptor.from_tensor(b, [cfg.block_n, cfg.block_k]), TensorDescriptor.from_tensor(c, c_box))
-        tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+        tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
         kernel[(min(_INTERP_SMS, tiles),)](
             *descs, *args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M,
             EPILOGUE_SUBTILE=cfg.subtile, NUM_SMS=_INTERP_SMS, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -212,7 +213,7 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
     descs = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]  # boxes: set by _set_boxes
 
     def grid(meta):
-        return (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"])),)
+        return (min(sms, cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])),)
     autotuned[grid](*descs, *args, NUM_SMS=sms, **constexprs)
 
 
@@ -223,6 +224,6 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
     if not takes(a, b, c):
         matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
         return
-    launch_persistent(_persistent_kernel, _persistent_autotuned, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1],
+    launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1],
                       bias.stride(0), EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
                       UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, load_cuda_extension, needs_bf16_rounding, round_to_bf16
+from kernels.common import cdiv, interpreted, load_cuda_extension, needs_bf16_rounding, next_power_of_2, round_to_bf16
 
 # Columns one pass holds in registers; a longer row is read twice (sum of squares, then normalise).
 _MAX_BLOCK_N = 8192
@@ -31,15 +31,16 @@ class RMSNormConfig:
     single_pass: bool  # the whole row fits in one pass: x is read once
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def for_shape(cls, n_rows: int, n_cols: int, interpreted: bool = False) -> RMSNormConfig:
         """``interpreted``: the Triton interpreter runs programs one after another at a high fixed cost each
         (529 x 16 took 265 programs and 10 s an item), so rows are packed into as few programs as a tile of
         32 x _TILE elements holds instead of filling a GPU."""
-        block_n = min(max(triton.next_power_of_2(n_cols), 16), _MAX_BLOCK_N)
+        block_n = min(max(next_power_of_2(n_cols), 16), _MAX_BLOCK_N)
         single_pass = n_cols <= block_n
         block_m = 1
         if single_pass and interpreted:
-            block_m = min(max(32 * _TILE // block_n, 1), triton.next_power_of_2(max(n_rows, 1)))
+            block_m = min(max(32 * _TILE // block_n, 1), next_power_of_2(max(n_rows, 1)))
         elif single_pass:
             by_rows = 1 << (max(n_rows // _MIN_PROGRAMS, 1).bit_length() - 1)
             block_m = min(max(_TILE // block_n, 1), by_rows)
@@ -107,7 +108,7 @@ def rmsnorm(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: fl
     if x.numel() == 0:
         return
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
-    _rmsnorm_kernel[(triton.cdiv(n_rows, cfg.block_m),)](
+    _rmsnorm_kernel[(cdiv(n_rows, cfg.block_m),)](
         x, weight, out, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), out.stride(0), out.stride(1), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,

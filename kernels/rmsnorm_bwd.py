@@ -38,6 +38,7 @@ sm_100 (the shipped blocks of 2048 at 8 warps are not measured yet).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import dependent_launch, interpreted, sm_count
+from kernels.common import cdiv, dependent_launch, interpreted, next_power_of_2, sm_count
 from kernels.rmsnorm import rmsnorm
 
 
@@ -96,23 +97,24 @@ class NormBwdConfig:
     num_stages: int = 1  # loads of this many iterations in flight (the row loop's, or a long row's block loops')
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def for_shape(cls, n_rows: int, n_cols: int, sms: int, bytes_per_element: int = 4,
                   interpreted: bool = False, limits: NormBwdLimits = RMSNORM_LIMITS) -> NormBwdConfig:
         """``bytes_per_element``: of x and grad_out together (4 for bf16)."""
-        block_n = max(triton.next_power_of_2(max(n_cols, 1)), 16)
+        block_n = max(next_power_of_2(max(n_cols, 1)), 16)
         single_pass = block_n <= limits.max_block_n
         block_n = block_n if single_pass else limits.long_block_n
         per_thread = _PER_THREAD_WIDE if single_pass and block_n > _TILE else _PER_THREAD
         if interpreted:
-            block_m = min(_INTERPRETED_BLOCK_M, triton.next_power_of_2(max(n_rows, 1)))
+            block_m = min(_INTERPRETED_BLOCK_M, next_power_of_2(max(n_rows, 1)))
             programs = _INTERPRETED_PROGRAMS
         else:
             programs = sms * (1 if per_thread == _PER_THREAD_WIDE else _PROGRAMS_PER_SM)
-            per_program = triton.cdiv(max(n_rows, 1), programs)
+            per_program = cdiv(max(n_rows, 1), programs)
             # a tile of up to _TILE elements (two rows of a long one), no taller than a program's share of the rows
             block_m = max(1, min(_TILE // block_n if single_pass else _LONG_BLOCK_M,
                                  1 << (per_program.bit_length() - 1)))
-        rows_per_program = triton.cdiv(triton.cdiv(max(n_rows, 1), programs), block_m) * block_m
+        rows_per_program = cdiv(cdiv(max(n_rows, 1), programs), block_m) * block_m
         num_warps = min(max(block_m * block_n // (32 * per_thread), 1), 32)
         stages = 1
         # pipelined where that measured faster: not a long row's short block loops, nor 8192-column rows at 32
@@ -127,7 +129,7 @@ class NormBwdConfig:
         return self.single_pass and self.block_n == n_cols
 
     def programs(self, n_rows: int) -> int:
-        return triton.cdiv(n_rows, self.rows_per_program)
+        return cdiv(n_rows, self.rows_per_program)
 
     def check(self, n_cols: int, who: str) -> None:
         if self.single_pass and self.block_n < n_cols:
@@ -301,12 +303,12 @@ def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts
     n_parts = partials.shape[1] if n_parts is None else n_parts
     n_cols = partials.shape[2]
     if interpreted(partials):
-        block_n, block_p = triton.next_power_of_2(max(n_cols, 1)), triton.next_power_of_2(max(n_parts, 1))
+        block_n, block_p = next_power_of_2(max(n_cols, 1)), next_power_of_2(max(n_parts, 1))
     else:
         block_n, block_p = _SUM_BLOCK_N, _SUM_BLOCK_P
     last = outs[-1]
     wait = pdl_sum(partials)
-    _sum_partials_kernel[(triton.cdiv(n_cols, block_n), len(outs))](
+    _sum_partials_kernel[(cdiv(n_cols, block_n), len(outs))](
         partials, outs[0], last, n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0),
         last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, WAIT=wait, num_warps=_SUM_WARPS,
         **({"launch_pdl": True} if wait else {}),

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted
+from kernels.common import cdiv, interpreted, next_power_of_2
 
 # Rotation pairs one program handles per tensor: enough to amortise the position and cos/sin loads and
 # the program's start, few enough to stay in registers (measured best on an H200 for 128-dim heads).
@@ -45,11 +45,11 @@ class RopeConfig:
         pairs = _PAIRS_PER_PROGRAM * (32 if interpreted else 1)
         min_programs = 1 if interpreted else _MIN_PROGRAMS
         max_heads = max(heads, kv_heads, 1)
-        block_r = triton.next_power_of_2(max(rot_dim // 2, 1))
-        block_h = min(triton.next_power_of_2(max_heads), max(1, pairs // block_r))
-        block_t = min(triton.next_power_of_2(max(tokens, 1)), max(1, pairs // (block_h * block_r)))
+        block_r = next_power_of_2(max(rot_dim // 2, 1))
+        block_h = min(next_power_of_2(max_heads), max(1, pairs // block_r))
+        block_t = min(next_power_of_2(max(tokens, 1)), max(1, pairs // (block_h * block_r)))
         while block_t * block_h > 1:
-            if triton.cdiv(tokens, block_t) * triton.cdiv(max_heads, block_h) >= min_programs:
+            if cdiv(tokens, block_t) * cdiv(max_heads, block_h) >= min_programs:
                 break
             if block_t > 1:
                 block_t //= 2
@@ -173,7 +173,7 @@ def rope(
         return
     cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype, interpreted(query))
     k = query if key is None else key  # kv_heads == 0 masks every key access
-    grid = (triton.cdiv(tokens, cfg.block_t), triton.cdiv(max(heads, kv_heads), cfg.block_h))
+    grid = (cdiv(tokens, cfg.block_t), cdiv(max(heads, kv_heads), cfg.block_h))
     _rope_kernel[grid](
         positions, query, k, cos_sin_cache,
         tokens, positions.stride(0), query.stride(0), query.stride(1), k.stride(0), k.stride(1),

@@ -6,6 +6,7 @@ x is ``[tokens, 2 * d]`` and out ``[tokens, d]``; computed in fp32 and rounded o
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import needs_bf16_rounding, round_to_bf16
+from kernels.common import cdiv, needs_bf16_rounding, next_power_of_2, round_to_bf16
 
 # Output elements per program: 16 KB of fp32 operands in flight, few enough programs for a long row.
 _TILE = 4096
@@ -28,14 +29,15 @@ class SiluAndMulConfig:
     num_warps: int
 
     @classmethod
+    @functools.lru_cache(maxsize=256)
     def for_shape(cls, n_rows: int, d: int, column_major: bool) -> SiluAndMulConfig:
         if column_major:
             # x.t() is contiguous: rows are the fast dimension, so tile tall and narrow to coalesce
-            block_m = min(max(triton.next_power_of_2(n_rows), 16), _MAX_BLOCK_N)
-            block_n = min(max(triton.next_power_of_2(d), 1), max(_TILE // block_m, 1))
+            block_m = min(max(next_power_of_2(n_rows), 16), _MAX_BLOCK_N)
+            block_n = min(max(next_power_of_2(d), 1), max(_TILE // block_m, 1))
         else:
-            block_n = min(max(triton.next_power_of_2(d), 16), _MAX_BLOCK_N)
-            block_m = min(max(_TILE // block_n, 1), triton.next_power_of_2(max(n_rows, 1)))
+            block_n = min(max(next_power_of_2(d), 16), _MAX_BLOCK_N)
+            block_m = min(max(_TILE // block_n, 1), next_power_of_2(max(n_rows, 1)))
         # 16 output elements per thread: two 16-byte loads of each operand for 16-bit types
         num_warps = min(max(block_m * block_n // (32 * 16), 1), 8)
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps)
@@ -82,8 +84,8 @@ def silu_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
         return
     column_major = x.stride(0) == 1 and x.stride(1) != 1
     cfg = SiluAndMulConfig.for_shape(n_rows, d, column_major)
-    n_col_blocks = triton.cdiv(d, cfg.block_n)
-    grid = (triton.cdiv(n_rows, cfg.block_m) * n_col_blocks,)
+    n_col_blocks = cdiv(d, cfg.block_n)
+    grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
     _silu_and_mul_kernel[grid](
         x, out, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
@@ -160,8 +162,8 @@ def silu_and_mul_bwd(*, x: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.T
         return
     column_major = x.stride(0) == 1 and x.stride(1) != 1
     cfg = config or SiluAndMulConfig.for_shape(n_rows, d, column_major)
-    n_col_blocks = triton.cdiv(d, cfg.block_n)
-    grid = (triton.cdiv(n_rows, cfg.block_m) * n_col_blocks,)
+    n_col_blocks = cdiv(d, cfg.block_n)
+    grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
     _silu_and_mul_bwd_kernel[grid](
         x, grad_out, grad_x, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), grad_out.stride(0), grad_out.stride(1), grad_x.stride(0), grad_x.stride(1),

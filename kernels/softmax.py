@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted
+from kernels.common import cdiv, interpreted, next_power_of_2
 
 # Longest row kept in registers in one pass (elements); longer rows take the online two-pass path. On an
 # H200 one pass over a 32000-column fp32 row ran at 98% of copy bandwidth, the online path at 66-78%.
@@ -43,7 +43,7 @@ class SoftmaxConfig:
         """`interpreted`: the Triton interpreter runs programs one after another at a high fixed cost
         each, so it packs rows into as few programs as possible instead of filling a GPU."""
         single_pass = cols <= _MAX_SINGLE_BLOCK
-        block_n = triton.next_power_of_2(max(cols, 1)) if single_pass else _ONLINE_BLOCK
+        block_n = next_power_of_2(max(cols, 1)) if single_pass else _ONLINE_BLOCK
         block_m, num_warps = _row_tiles(rows, block_n, interpreted)
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass)
 
@@ -52,8 +52,8 @@ def _row_tiles(rows: int, block_n: int, interpreted: bool) -> tuple[int, int]:
     """Rows per program and warps for row blocks of ``block_n`` columns, forward and backward alike."""
     elems = _ELEMS_PER_PROGRAM * (32 if interpreted else 1)
     min_programs = 1 if interpreted else _MIN_PROGRAMS
-    block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, elems // block_n))
-    while block_m > 1 and triton.cdiv(rows, block_m) < min_programs:
+    block_m = min(next_power_of_2(max(rows, 1)), max(1, elems // block_n))
+    while block_m > 1 and cdiv(rows, block_m) < min_programs:
         block_m //= 2
     # about 16 elements per thread: a few 16-byte vector loads, no register spills
     return block_m, max(1, min(16, block_m * block_n // (32 * 16)))
@@ -137,7 +137,7 @@ def softmax(*, x, out, config: SoftmaxConfig | None = None) -> None:
     if cfg.single_pass and cfg.block_n < cols:
         raise ValueError(f"softmax: a single-pass config needs block_n >= cols, got {cfg.block_n} < {cols}")
     kernel = _softmax_single_kernel if cfg.single_pass else _softmax_online_kernel
-    kernel[(triton.cdiv(rows, cfg.block_m),)](
+    kernel[(cdiv(rows, cfg.block_m),)](
         x, out, rows, cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
     )  # fmt: skip
@@ -196,7 +196,7 @@ class SoftmaxBwdConfig:
         """`itemsize`: of the saved output; `interpreted`: as SoftmaxConfig's, few large programs."""
         longest = _BWD_BLOCK_BYTES // itemsize
         single_pass = cols <= longest
-        block_n = triton.next_power_of_2(max(cols, 1)) if single_pass else longest
+        block_n = next_power_of_2(max(cols, 1)) if single_pass else longest
         block_m, num_warps = _row_tiles(rows, block_n, interpreted)
         return cls(block_m=block_m, block_n=block_n, num_warps=num_warps, single_pass=single_pass)
 
@@ -260,7 +260,7 @@ def softmax_bwd(*, out, grad_out, grad_x, config: SoftmaxBwdConfig | None = None
     if cfg.single_pass and cfg.block_n < cols:
         raise ValueError(f"softmax_bwd: a single-pass config needs block_n >= cols, got {cfg.block_n} < {cols}")
     wide = out.dtype == torch.float64
-    _softmax_bwd_kernel[(triton.cdiv(rows, cfg.block_m),)](
+    _softmax_bwd_kernel[(cdiv(rows, cfg.block_m),)](
         out, grad_out, grad_x, rows, cols, out.stride(0), out.stride(1), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,
         ACC=tl.float64 if wide else tl.float32, DOT=tl.float64 if wide or out.dtype == torch.float32 else tl.float32,
