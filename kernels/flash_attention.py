@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import interpreted, round_to_bf16
+from kernels.common import cdiv, interpreted, next_power_of_2, round_to_bf16
 
 # INTERP_BF16, set for bf16 on the CPU (the Triton interpreter) only, works around two of its differences
 # from a GPU: its fp32 -> bf16 cast truncates (the kernel rounds to nearest even first, as a GPU's cast
@@ -48,16 +48,18 @@ class FlashAttentionConfig:
     @classmethod
     @functools.lru_cache(maxsize=256)
     def for_shape(cls, seq_q: int, head_dim: int, group: int, dtype: torch.dtype,
-                  interpreted: bool = False) -> FlashAttentionConfig:
+                  interpreted: bool = False, hopper: bool = False) -> FlashAttentionConfig:
         """`group` = heads_q // heads_kv. `interpreted`: the Triton interpreter runs programs one after
-        another at a high cost each, so it takes large tiles (numpy matmuls) and few programs."""
+        another at a high cost each, so it takes large tiles (numpy matmuls) and few programs. `hopper`: the
+        tiles for sm_90, whose shared memory (227 KiB) holds a deeper pipeline of wider key blocks."""
         rows = seq_q * group
         decode = rows <= _MAX_PACKED_ROWS
         pack = group if decode else 1  # decode: each kv block read once per kv head
         if interpreted:
-            block_m = 16 if rows <= 16 else 64 if decode else min(128, max(16, triton.next_power_of_2(seq_q)))
+            block_m = 16 if rows <= 16 else 64 if decode else min(128, max(16, next_power_of_2(seq_q)))
             return cls(block_m=block_m, block_n=64, num_warps=4, num_stages=1, pack=pack)
-        # Every choice below compiles without register spills for sm_80, sm_90 and sm_100 (python -m harness
+        # Every choice below compiles without register spills for sm_80, sm_90 and sm_100 (the hopper tile for sm_90
+        # alone; python -m harness
         # matrix); wider tiles than these spill on at least one of them.
         if dtype == torch.float32:  # fp32 dots run on FMA units ("ieee"): small tiles, a correctness path
             block_m = 32 if rows <= 32 or head_dim == 128 else 64
@@ -68,6 +70,12 @@ class FlashAttentionConfig:
             return cls(block_m=64, block_n=64 if head_dim == 64 else 32, num_warps=4, num_stages=3, pack=pack)
         # Triton tutorial 06's forward shape: 128 query rows over two warpgroups (one 64-row wgmma each on
         # Hopper). Shared memory at d=128: q 32 KiB + 3 x (k, v) 16 KiB = 80 KiB, under sm_80's 163 KiB.
+        # On Hopper, 128-key blocks: q 32 KiB + 3 x (k, v) 64 KiB = 224 KiB. The H200 sweep of tile, warps and
+        # depth (reports/h200/experiments/flash_attention/) found it the fastest at head_dim 128, causal and
+        # not, MHA and GQA: 1,268 us at the causal headline against 1,617 us for 128 x 32 (SDPA's cuDNN 1,043).
+        # At head_dim 64 the tile below was within 2% of the sweep's best.
+        if head_dim == 128 and hopper:
+            return cls(block_m=128, block_n=128, num_warps=8, num_stages=3, pack=1)
         if head_dim == 128:
             return cls(block_m=128, block_n=32, num_warps=8, num_stages=3, pack=1)
         return cls(block_m=128, block_n=64, num_warps=8, num_stages=4, pack=1)
@@ -209,8 +217,9 @@ def _check_args(q, k, v, out) -> tuple[int, int, int, int, int, int]:
 
 
 def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
-                    config: FlashAttentionConfig | None = None) -> None:
-    """Write softmax(q k^T * sm_scale [causal mask, bottom-right]) v into `out`; any strides."""
+                    config: FlashAttentionConfig | None = None, hopper: bool = False) -> None:
+    """Write softmax(q k^T * sm_scale [causal mask, bottom-right]) v into `out`; any strides. `hopper`: take
+    the sm_90 tiles (:meth:`FlashAttentionConfig.for_shape`), which need more shared memory than sm_80 has."""
     batch, heads_q, heads_kv, seq_q, seq_kv, head_dim = _check_args(q, k, v, out)
     if out.numel() == 0:
         return
@@ -219,11 +228,11 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         return
     group = heads_q // heads_kv
     cfg = config or FlashAttentionConfig.for_shape(seq_q, head_dim, group, q.dtype,
-                                                   interpreted=interpreted(q))
+                                                   interpreted=interpreted(q), hopper=hopper)
     if group % cfg.pack:
         raise ValueError(f"flash_attention: config packs {cfg.pack} q heads, which does not divide {group}")
     n_head_blocks = heads_q // cfg.pack
-    grid = (triton.cdiv(seq_q * cfg.pack, cfg.block_m), batch * n_head_blocks)
+    grid = (cdiv(seq_q * cfg.pack, cfg.block_m), batch * n_head_blocks)
     _flash_attention_kernel[grid](
         q, k, v, out, seq_q, seq_kv, n_head_blocks, group, cfg.pack, float(sm_scale) * _LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
@@ -232,6 +241,11 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         INTERP_BF16=interpreted(q) and out.dtype == torch.bfloat16,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
+
+
+def flash_attention_hopper(*, q, k, v, out, causal: bool, sm_scale: float) -> None:
+    """The same kernel with the sm_90 tiles: the spec's backend for Hopper."""
+    flash_attention(q=q, k=k, v=v, out=out, causal=causal, sm_scale=sm_scale, hopper=True)
 
 
 def flash_attention_ref(*, q, k, v, out, causal: bool, sm_scale: float) -> None:
