@@ -99,12 +99,18 @@ def sm_count(device: torch.device) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def cuda_capability(device: torch.device) -> tuple[int, int]:
+    """A CUDA device's compute capability, queried once per device (torch's query reads the device's properties
+    on every call: a tenth of a CUDA launcher's host time on the H200's host, bench/gpu_host_profile.py)."""
+    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def dependent_launch(t: torch.Tensor) -> bool:
     """Whether a launch on ``t`` may be a programmatic dependent launch (``launch_pdl=True``, the kernel calling
     ``gdc_wait`` before it reads what the previous kernel wrote): a compiled launch on Hopper (sm_90) or later."""
     if t.device.type != "cuda":
         return False
-    return _cuda_capability(t.device.index if t.device.index is not None else torch.cuda.current_device())[0] >= 9
+    return cuda_capability(t.device)[0] >= 9
 
 
 @functools.cache

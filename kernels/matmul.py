@@ -19,6 +19,7 @@ import triton.language as tl
 from kernels.common import (
     CachedAutotune,
     cdiv,
+    cuda_capability,
     interpreted,
     load_cuda_extension,
     needs_bf16_rounding,
@@ -336,7 +337,7 @@ def matmul_cuda(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torc
     if a.shape[0] == 0 or b.shape[0] == 0:
         return
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    module = _cuda_module(torch.cuda.get_device_capability(index))
+    module = _cuda_module(cuda_capability(a.device))
     with torch.cuda.device(index):
         module.matmul_fwd(c, a, b, bias, code, -1 if config is None else config, sm_count(a.device),
                           torch.cuda.current_stream(index).cuda_stream)

@@ -13,7 +13,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, interpreted, load_cuda_extension, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.common import (
+    cdiv,
+    cuda_capability,
+    interpreted,
+    load_cuda_extension,
+    needs_bf16_rounding,
+    next_power_of_2,
+    round_to_bf16,
+)
 
 # Columns one pass holds in registers; a longer row is read twice (sum of squares, then normalise).
 _MAX_BLOCK_N = 8192
@@ -355,6 +363,6 @@ def rmsnorm_cuda(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, ep
     if x.numel() == 0:
         return
     weight = weight.contiguous()  # hidden elements: a copy only when the caller passed a strided vector
-    module = _cuda_module(torch.cuda.get_device_capability(x.device))
+    module = _cuda_module(cuda_capability(x.device))
     with torch.cuda.device(x.device):
         module.rmsnorm_fwd(out, x, weight, float(eps), torch.cuda.current_stream(x.device).cuda_stream)
