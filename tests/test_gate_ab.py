@@ -239,7 +239,22 @@ def test_the_gate_times_and_judges_the_backward_as_rows_of_their_own(backward_re
     assert rows["bwd"]["verdict"] == "WRONG" and "grad_w" in rows["bwd"]["reason"], rows["bwd"]
 
 
-def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch):
+@pytest.fixture
+def own_kernels_package():
+    """Let a test import another repository's ``kernels`` package and leave none of it behind: every ``kernels``
+    module is dropped for the test and put back as it was after it. (monkeypatch.delitem puts back what was there
+    but keeps what the test added: the tiny repository's ``kernels`` stayed, and a later test in the same worker
+    imported its kernels from it: test_distributed's ``kernels.all_reduce`` was not found.)"""
+    saved = {m: mod for m, mod in sys.modules.items() if m == "kernels" or m.startswith("kernels.")}
+    for name in saved:
+        del sys.modules[name]
+    yield
+    for name in [m for m in sys.modules if m == "kernels" or m.startswith("kernels.")]:
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch, own_kernels_package):
     """The gate measures each side's peak device memory as the bench does (one call after the timing) and its
     row carries both; on a CPU peak_bytes is None, so the measurement is stood in for by a counter of calls."""
     import dataclasses
@@ -258,8 +273,6 @@ def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch)
     monkeypatch.setattr(memory, "peak_bytes", fake_peak)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.syspath_prepend(str(tiny_repo))
-    for name in [m for m in sys.modules if m == "kernels" or m.startswith("kernels.")]:
-        monkeypatch.delitem(sys.modules, name)
     spec = str(tiny_repo / "specs" / "tiny.toml")
     from harness.spec.load import load
 
