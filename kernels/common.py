@@ -44,7 +44,7 @@ class CachedAutotune:
         self.autotuned = autotuned
         names = list(autotuned.arg_names)
         self._keys = [(names.index(k), k) for k in autotuned.keys]
-        self._picked: dict[tuple, object] = {}
+        self._picked: dict[tuple, tuple] = {}  # key -> (config, its launch keyword arguments)
 
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
@@ -52,15 +52,17 @@ class CachedAutotune:
     def _launch(self, grid, *args, **kwargs) -> None:
         key = (tuple(args[i] if i < len(args) else kwargs.get(name) for i, name in self._keys),
                tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(kwargs.items())))
-        cfg = self._picked.get(key)
-        if cfg is None:
+        picked = self._picked.get(key)
+        if picked is None:
             self.autotuned[grid](*args, **kwargs)
             if _on_cuda(args):
-                self._picked[key] = self.autotuned.best_config
+                cfg = self.autotuned.best_config
+                self._picked[key] = (cfg, cfg.all_kwargs())
             return
+        cfg, cfg_kwargs = picked
         if cfg.pre_hook is not None:  # as Autotuner.run does before each launch: e.g. a TMA descriptor's box
-            cfg.pre_hook({**dict(zip(self.autotuned.arg_names, args, strict=False)), **kwargs, **cfg.all_kwargs()})
-        self.autotuned.fn[grid](*args, **kwargs, **cfg.all_kwargs())
+            cfg.pre_hook({**dict(zip(self.autotuned.arg_names, args, strict=False)), **kwargs, **cfg_kwargs})
+        self.autotuned.fn[grid](*args, **kwargs, **cfg_kwargs)
 
 
 def _on_cuda(args) -> bool:
@@ -95,14 +97,18 @@ def sm_count(device: torch.device) -> int:
     """Multiprocessors of ``device``; a meta (or CPU) device gets an H100/H200's count."""
     if device.type != "cuda":
         return _RECORDING_SMS
-    # resolved before the cache: the current device can change between calls
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_sm_count(_index(device))
+
+
+def _index(device: torch.device) -> int:
+    # resolved before the caches: the current device can change between calls
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def cuda_capability(device: torch.device) -> tuple[int, int]:
     """A CUDA device's compute capability, queried once per device (torch's query reads the device's properties
     on every call: a tenth of a CUDA launcher's host time on the H200's host, bench/gpu_host_profile.py)."""
-    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_capability(_index(device))
 
 
 def dependent_launch(t: torch.Tensor) -> bool:

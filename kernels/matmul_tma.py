@@ -23,14 +23,21 @@ check this kernel's numerics on every aligned case, ragged edges and several til
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.common import (
+    CachedAutotune,
+    cdiv,
+    cuda_capability,
+    interpreted,
+    needs_bf16_rounding,
+    round_to_bf16,
+    sm_count,
+)
 from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul
 
 try:  # Triton 3.4+ (the GPU machine's 3.6 and the newest both have it)
@@ -165,12 +172,6 @@ def _tma_ready(t: torch.Tensor) -> bool:
     return t.dim() == 2 and t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and aligned_base
 
 
-@functools.cache
-def _major(index: int) -> int:
-    """The device's compute capability major (per launch otherwise: a property query on every call)."""
-    return torch.cuda.get_device_capability(index)[0]
-
-
 def descriptor_path(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, configs=CONFIGS) -> bool:
     """Whether a persistent TMA kernel with these ``configs`` can and should take a [M, K], b [N, K] and
     c [M, N]: descriptors for all three, and the shape rule of the module docstring."""
@@ -179,8 +180,7 @@ def descriptor_path(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, configs=C
     (m, k), n = a.shape, b.shape[0]
     if interpreted(a):
         return min(m, n, k) >= 16
-    if a.device.type == "cuda" and _major(a.device.index if a.device.index is not None else
-                                          torch.cuda.current_device()) < 9:
+    if a.device.type == "cuda" and cuda_capability(a.device)[0] < 9:
         return False
     return m >= MIN_M and any(cfg.fits(m, n, k) for cfg in configs)
 
