@@ -9,6 +9,7 @@ the checkout (about a minute on the 2-core machine), so here they run only when 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,15 +56,18 @@ def test_the_examples_known_defects_are_consistent_with_its_specs():
 
 
 def test_the_ci_step_runs_the_example_and_its_bench_outside_the_checkout():
-    step, python = _ci_block("vllm"), '"$liger_venv/venv/bin/python"'
-    pytest_cmd, bench_cmd = f"{python} -m pytest -q -p no:cacheprovider", f"{python} -m harness bench"
-    for needed in ('cp -r examples/vllm "$vllm/example"', 'cd "$vllm/example" && env -u PYTHONPATH', pytest_cmd,
-                   bench_cmd, 'test -s "$vllm/bench/report.md"'):
+    step, setup = _ci_block("vllm"), _ci_block("liger")  # liger's block builds the venv and wheel both reuse
+    # the examples' python: the venv's, with this checkout kept off the path
+    assert re.search(r'^example=\(env -u PYTHONPATH [^)]*"\$liger_venv/venv/bin/python"\)', setup, re.M), setup
+    assert "pip wheel" in setup and "-m venv" in setup
+    python = '"${example[@]}"'
+    pytest_cmd = f'cd "$vllm/example" && {python} -m pytest -q -p no:cacheprovider'
+    bench_cmd = f'cd "$vllm/example" && {python} -m harness bench'
+    for needed in ('cp -r examples/vllm "$vllm/example"', pytest_cmd, bench_cmd, 'test -s "$vllm/bench/report.md"'):
         assert needed in step, needed
     assert step.index(pytest_cmd) < step.index(bench_cmd)
-    setup = _ci_block("liger")  # the venv and the wheel the vLLM step reuses, built once
-    assert "pip wheel" in setup and "-m venv" in setup
-    assert 'cd "$liger/example" && env -u PYTHONPATH ' + bench_cmd in setup, "liger's bench from its temporary copy"
+    liger_bench = setup[setup.index('cd "$liger/example"', setup.index("liger_bench() {")):]
+    assert liger_bench.split("\n")[1].strip().startswith(f"{python} -m harness bench"), "liger's bench, its copy"
 
 
 @pytest.mark.slow
