@@ -5,7 +5,8 @@ Every session that needs torch (test, validate, bench, profile, compare, matrix)
 ``.nox/kh``, set up once: torch is installed there only when the machine has none (``KH_TORCH_SPEC``,
 default ``torch==2.13.0``), then the project in editable mode. It sees the system's site packages, so a GPU
 runner's CUDA build of torch is used, never replaced. ``report``, ``new`` and ``lint`` need no torch and
-never install it: each has a small env of its own. ``rm -rf .nox`` starts over; ``nox --no-venv -s NAME`` runs a
+never install it: each has a small env of its own. Every process a torch session starts caches its bytecode in
+``.nox/pycache`` (``_bytecode_env``). ``rm -rf .nox`` starts over; ``nox --no-venv -s NAME`` runs a
 session in the current environment and installs nothing.
 """
 
