@@ -1,0 +1,203 @@
+"""The weight-only int4 GEMM's decode path (kernels/int4_matmul.py dispatches to it): a GEMV on the CUDA cores for
+one to a few rows of activations, with its split of K reduced inside the same launch.
+
+Why not the tile kernel at M = 1. Its 16-row tensor-core tile does 16 times the multiply-adds one token needs, the
+dequantised weight is shuffled into an MMA operand, and its split of K needs a second launch to sum the partials.
+Nsight Compute found it bound by instruction latency at 15-18% of DRAM bandwidth (reports/h200/experiments/int4/).
+Here each program streams ``BLOCK_N`` rows of w through ``BLOCK_U`` 32-bit words (8 values each) per iteration,
+the next iteration's words, scales and zero points loaded one iteration ahead (Triton pipelines only the loads
+that feed a dot). Each word is dequantised with the tile kernel's packed bit trick (``word_values``: rounded once
+to the activations' type, as the reference rounds), widened to fp32 and multiplied into an fp32 accumulator of the
+word tile's own shape, one per row of a: no layout change in the loop; it is summed along K once, at the end.
+
+Split K in one launch. Where N alone gives too few programs, each program takes a range of K (whole groups) and
+writes its fp32 partial row to a workspace; it then takes a ticket from a per-tile counter. The program drawing
+the last ticket sums every split's partial in split order (one tile load, one fixed reduction tree) and rounds
+once into c, then resets the counter for the next launch. Which program finishes last does not change the sum:
+the result is deterministic, without a second launch or floating-point atomics. The workspace and counters are
+kept per device and stream, so launches on two streams never share them.
+
+The weight must be readable as 32-bit words (K a multiple of 8, rows contiguous and 4-byte aligned: a
+checkpoint's layout); kernels/int4_matmul.py keeps its tile kernel for every other layout and for larger M.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.common import cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.int4_dequant import word_values
+
+GROUP_WORDS = 16  # a quantisation group of 128 values of k is 16 words
+SPLIT_MAX = 16  # the most K ranges one launch splits into (the reduction's tile height)
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int  # rows of w per program
+    block_u: int  # words of each row per iteration: 16 is one quantisation group
+    split_k: int  # K ranges (1: none), each a whole number of groups
+    num_warps: int
+
+    def __post_init__(self):
+        if not 1 <= self.split_k <= SPLIT_MAX:
+            raise ValueError(f"split_k {self.split_k} must lie in [1, {SPLIT_MAX}]")
+
+
+@triton.jit
+def _fma(acc, w, a_ptrs, ok, IS_FP32: tl.constexpr):
+    """acc + w * a in fp32, a loaded through pointers of w's own shape: every row's pointer is the same address
+    (the compiler loads it once per thread), and a arrives in w's layout, with no conversion through shared
+    memory (a 1-d load of a broadcast along the rows was converted, with a barrier, eight times an iteration)."""
+    a = tl.load(a_ptrs, mask=ok, other=0.0).to(tl.float32)
+    return acc + a[None, :] * (w if IS_FP32 else w.to(tl.float32))
+
+
+@triton.jit
+def _group_params(s_rows, z_rows, u0, u_hi, offs_u, stride_sg, stride_zg, GROUP_W: tl.constexpr):
+    """The scales and zero points of words [u0, u0 + BLOCK_U) of each row, in the word tile's shape. A block of
+    one group loads one of each per row (broadcast along the words); a wider one loads them per word."""
+    BLOCK_U: tl.constexpr = offs_u.shape[0]
+    if BLOCK_U == GROUP_W:
+        g = min(u0, u_hi - 1) // GROUP_W  # past the end (the last prefetch) it reloads the last group, unused
+        s = tl.broadcast_to(tl.load(s_rows + g * stride_sg)[:, None], (s_rows.shape[0], BLOCK_U))
+        z = tl.broadcast_to(tl.load(z_rows + g * stride_zg)[:, None], (z_rows.shape[0], BLOCK_U))
+    else:
+        g = (u0 + offs_u) // GROUP_W
+        ok = (u0 + offs_u < u_hi)[None, :]
+        s = tl.load(s_rows[:, None] + g[None, :] * stride_sg, mask=ok, other=0.0)
+        z = tl.load(z_rows[:, None] + g[None, :] * stride_zg, mask=ok, other=0)
+    return s, z
+
+
+@triton.jit
+def _int4_gemv_kernel(
+    a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, KU_PER_SPLIT, SPLIT,
+    stride_ak, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_cn,
+    BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_TILE: tl.constexpr,
+    GROUP_W: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    """c[0, n-block] over words [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w (viewed as int32 [N, K // 8]).
+
+    SPLIT_TILE is 1 for a launch without a split (c written directly), else SPLIT_MAX: the height of the tile
+    the last program of a column block sums the partials in (SPLIT rows of it are used)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_u = tl.arange(0, BLOCK_U)
+    rn = (offs_n % N).to(tl.int64)  # rows past the edge read a valid row again; the stores are masked
+    u_lo = pid_k * KU_PER_SPLIT
+    u_hi = min(KU, u_lo + KU_PER_SPLIT)
+    w_rows = w_ptr + rn[:, None] * stride_wn
+    s_rows = s_ptr + rn * stride_sn
+    z_rows = z_ptr + rn * stride_zn
+    # the first iteration's words, scales and zero points; each iteration then loads the next one's
+    u = u_lo + offs_u
+    ok = (u < u_hi)[None, :]
+    b_next = tl.load(w_rows + u[None, :], mask=ok, other=0)
+    s_next, z_next = _group_params(s_rows, z_rows, u_lo, u_hi, offs_u, stride_sg, stride_zg, GROUP_W)
+    acc = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
+    for u0 in range(u_lo, u_hi, BLOCK_U):
+        b = b_next
+        s = s_next
+        z = z_next
+        u = u0 + offs_u
+        ok = (u < u_hi)[None, :]
+        un = u + BLOCK_U
+        ok_next = (un < u_hi)[None, :]
+        b_next = tl.load(w_rows + un[None, :], mask=ok_next, other=0)
+        s_next, z_next = _group_params(s_rows, z_rows, u0 + BLOCK_U, u_hi, offs_u, stride_sg, stride_zg, GROUP_W)
+        # a masked word reads 0 and dequantises to the finite -z * s; a's masked 0 makes its product 0
+        w0, w1, w2, w3, w4, w5, w6, w7 = word_values(b, s, z, IS_BF16, EMULATE)
+        a_ptrs = a_ptr + (8 * u) * stride_ak
+        a_ok = u < u_hi
+        acc = _fma(acc, w0, a_ptrs, a_ok, EMULATE)
+        acc = _fma(acc, w1, a_ptrs + stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w2, a_ptrs + 2 * stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w3, a_ptrs + 3 * stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w4, a_ptrs + 4 * stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w5, a_ptrs + 5 * stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w6, a_ptrs + 6 * stride_ak, a_ok, EMULATE)
+        acc = _fma(acc, w7, a_ptrs + 7 * stride_ak, a_ok, EMULATE)
+    part = tl.sum(acc, axis=1)
+    c_ptrs = c_ptr + offs_n * stride_cn
+    c_ok = offs_n < N
+    if SPLIT_TILE == 1:
+        if RNE_BF16:
+            part = round_to_bf16(part)
+        tl.store(c_ptrs, part.to(c_ptr.dtype.element_ty), mask=c_ok)
+    else:
+        # workspace [SPLIT, N]: this split's partial, then a ticket; the last one sums them in order
+        tl.store(ws_ptr + pid_k * N + offs_n, part, mask=c_ok)
+        tl.debug_barrier()  # every thread's partial written before the ticket releases them
+        ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT - 1:
+            tl.debug_barrier()
+            offs_s = tl.arange(0, SPLIT_TILE)
+            parts = tl.load(ws_ptr + offs_s[:, None] * N + offs_n[None, :],
+                            mask=(offs_s < SPLIT)[:, None] & c_ok[None, :], other=0.0, cache_modifier=".cg")
+            total = tl.sum(parts, axis=0)
+            if RNE_BF16:
+                total = round_to_bf16(total)
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_ok)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)  # the next launch draws from 0 again
+
+
+# Per (device, stream): the fp32 partials and the per-tile counters (zeroed once; each launch leaves them zero).
+_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    ws, cnt = _SCRATCH.get(key, (None, None))
+    if ws is None or ws.numel() < partials:
+        ws = torch.empty(max(partials, 1 << 16), dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < tiles:
+        cnt = torch.zeros(max(tiles, 1 << 10), dtype=torch.int32, device=device)
+    _SCRATCH[key] = (ws, cnt)
+    return ws, cnt
+
+
+def gemv_config(m: int, n: int, k: int, sms: int) -> GemvConfig:
+    """The launch configuration for an [m, k] x [n, k] decode GEMV on a GPU of ``sms`` multiprocessors: enough
+    programs for several per multiprocessor, each streaming at least two groups a split."""
+    block_n, block_u, warps = 16, 32, 2
+    tiles = cdiv(n, block_n)
+    groups = cdiv(k, GROUP_WORDS * 8)
+    split = 1
+    while split * 2 <= SPLIT_MAX and tiles * split * 2 <= 8 * sms and groups // (split * 2) >= 2:
+        split *= 2
+    return GemvConfig(block_n, block_u, split, warps)
+
+
+def interpreted_config(n: int, k: int) -> GemvConfig:
+    """Under the interpreter: one block of rows and a split of 2 where K has more than one group, so CPU runs
+    check the split and its reduction."""
+    groups = cdiv(k, GROUP_WORDS * 8)
+    return GemvConfig(min(max(1 << (n - 1).bit_length(), 16), 128), GROUP_WORDS, 2 if groups > 1 else 1, 4)
+
+
+def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor,
+              config: GemvConfig) -> None:  # fmt: skip
+    """c = a @ dequant(w).T for a of one row, w read as 32-bit words (kernels/int4_matmul.py checks the
+    arguments and dispatches here)."""
+    k = a.shape[1]
+    n = w.shape[0]
+    ku = k // 8
+    ku_per_split = cdiv(cdiv(k, GROUP_WORDS * 8), config.split_k) * GROUP_WORDS
+    split = cdiv(ku, ku_per_split)
+    tiles = cdiv(n, config.block_n)
+    ws, cnt = _scratch(a.device, split * n, tiles) if split > 1 else (c, c)
+    wu = w.view(torch.int32)
+    _int4_gemv_kernel[(tiles, split)](
+        a, wu, scales, zeros, c, ws, cnt, n, ku, ku_per_split, split,
+        a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
+        c.stride(1),
+        BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_TILE=SPLIT_MAX if split > 1 else 1,
+        GROUP_W=GROUP_WORDS, IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a),
+        RNE_BF16=needs_bf16_rounding(c), num_warps=config.num_warps, num_stages=1)  # fmt: skip

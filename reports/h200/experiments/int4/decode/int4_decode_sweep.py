@@ -1,0 +1,206 @@
+"""The int4 decode GEMV (kernels/int4_gemv.py) on a GPU: right, how fast, and against which floors.
+
+1. Every configuration swept is first checked against ``int4_matmul_ref`` with the spec's tolerance and for
+   bitwise repeatability (the split-K reduction in one launch must not depend on which program finishes last);
+   a configuration that fails is recorded and not timed.
+2. A sweep of GemvConfig (block_n x block_u x num_warps x split_k) at M = 1 and (N, K) in {(4096, 4096),
+   (4096, 14336), (14336, 4096)}, against bf16 ``F.linear`` on the resident dequantised weight and the shipped
+   ``int4_matmul`` (the tile kernel), timed with harness.timing.engine.measure (events behind a spin kernel, L2
+   flushed before each sample, the events' own overhead subtracted).
+3. Floors measured the same way: an empty kernel, and the GEMV's own loop with its arithmetic replaced by an XOR
+   of the words (the same loads, grid and split): what reading the packed weight costs at this size, here.
+4. ``gemv_config``, the launcher's heuristic, at each shape; its loss against the sweep's best is on record.
+
+Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/decode/int4_decode_sweep.py
+--out DIR`` (writes DIR/int4_decode_sweep.json; each shape in its own try/except).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from int4_probe import DTYPES, SWEEP_TIMING, TIMING, make_inputs, median_us  # noqa: E402
+
+from harness.correctness.numerics import mismatch  # noqa: E402
+from harness.spec.load import load as load_spec  # noqa: E402
+from harness.spec.model import Case  # noqa: E402
+from harness.timing.engine import measure  # noqa: E402
+from kernels import int4_gemv as gv  # noqa: E402
+from kernels import int4_matmul as q4  # noqa: E402
+from kernels.common import sm_count  # noqa: E402
+
+NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
+CHECKS = ((1, 4096, 4096), (1, 5003, 4104), (1, 4096, 14336), (1, 14336, 4096), (1, 33, 136), (1, 1, 8))
+SPLITS = (1, 2, 4, 8, 16)
+SWEEP = dataclasses.replace(SWEEP_TIMING, launch=False)  # host time only for the chosen rows
+TILES = [(bn, bu, nw) for bn, bu, nw in itertools.product((16, 32, 64, 128), (16, 32, 64), (1, 2, 4, 8))
+         if 4 <= bn * bu / (32 * nw) <= 16]  # words a thread holds: fewer leaves loads too narrow, more spills
+
+
+@triton.jit
+def _stream_kernel(w_ptr, ws_ptr, N, KU, KU_PER_SPLIT, stride_wn, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr):
+    """The GEMV's loop (the next block's words loaded one iteration ahead) with an XOR for its arithmetic."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_u = tl.arange(0, BLOCK_U)
+    rn = (offs_n % N).to(tl.int64)
+    u_lo = pid_k * KU_PER_SPLIT
+    u_hi = min(KU, u_lo + KU_PER_SPLIT)
+    rows = w_ptr + rn[:, None] * stride_wn
+    b_next = tl.load(rows + (u_lo + offs_u)[None, :], mask=(u_lo + offs_u < u_hi)[None, :], other=0)
+    acc = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.int32)
+    for u0 in range(u_lo, u_hi, BLOCK_U):
+        b = b_next
+        un = u0 + BLOCK_U + offs_u
+        b_next = tl.load(rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
+        acc = acc ^ b
+    tl.store(ws_ptr + pid_k * N + offs_n, tl.xor_sum(acc, axis=1), mask=offs_n < N)
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    pass
+
+
+def stream(w, ws, cfg: gv.GemvConfig) -> None:
+    n, k = w.shape[0], w.shape[1] * 2
+    ku = k // 8
+    per = triton.cdiv(triton.cdiv(k, 128), cfg.split_k) * 16
+    wu = w.view(torch.int32)
+    _stream_kernel[(triton.cdiv(n, cfg.block_n), triton.cdiv(ku, per))](
+        wu, ws, n, ku, per, wu.stride(0), BLOCK_N=cfg.block_n, BLOCK_U=cfg.block_u, num_warps=cfg.num_warps)
+
+
+def check(spec, a, w, s, z, ref, cfg, dtype_name) -> str | None:
+    """None when the config's output matches the reference within the spec's tolerance and repeats bitwise."""
+    m, k = a.shape
+    n = w.shape[0]
+    c = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
+    gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
+    again = torch.full_like(c, float("inf"))
+    gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=again, config=cfg)
+    torch.cuda.synchronize()
+    tol = spec.tolerance(dtype_name, "c", Case("full", (("M", m), ("N", n), ("K", k))))
+    problem = mismatch(c, ref, tol)
+    if problem is not None:
+        return f"wrong: {problem}"
+    if not torch.equal(c.view(torch.int16), again.view(torch.int16)):
+        return "not bitwise repeatable"
+    return None
+
+
+def reference(a, w, s, z):
+    ref = torch.empty((a.shape[0], w.shape[0]), dtype=a.dtype, device="cuda")
+    q4.int4_matmul_ref(a=a, w=w, scales=s, zeros=z, c=ref)
+    return ref
+
+
+def launch_of(fn) -> dict | None:
+    r = measure(fn, device="cuda", config=TIMING)
+    return None if r.launch is None else {k: getattr(r.launch, k) for k in r.launch.__dataclass_fields__}
+
+
+def sweep_shape(spec, m, n, k) -> dict:
+    a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
+    ref = reference(a, w, s, z)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(16 * n, dtype=torch.int32, device="cuda")
+    w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
+    rec = {"M": m, "N": n, "K": k}
+    rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
+    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c), TIMING)
+    x = torch.empty(1, device="cuda")
+    rec["empty_kernel_us"], _ = median_us(lambda: _empty_kernel[(1,)](x), TIMING)
+    rows, floors = [], []
+    for (bn, bu, nw), split in itertools.product(TILES, SPLITS):
+        cfg = gv.GemvConfig(bn, bu, split, nw)
+        row = {"config": [bn, bu, split, nw]}
+        try:
+            row["problem"] = check(spec, a, w, s, z, ref, cfg, "bf16")
+            if row["problem"] is None:
+                row["us"], _ = median_us(lambda cfg=cfg: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
+                                         SWEEP)  # fmt: skip
+            row["stream_us"], _ = median_us(lambda cfg=cfg: stream(w, ws, cfg), SWEEP)
+        except Exception as exc:  # noqa: BLE001 - one config's failure is a row
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    ok = [r for r in rows if "us" in r]
+    rec["sweep"] = rows
+    rec["wrong"] = [r for r in rows if r.get("problem") or r.get("error")]
+    if ok:
+        best = min(ok, key=lambda r: r["us"])
+        cfg = gv.GemvConfig(*best["config"])
+        rec["best"] = best["config"]
+        rec["best_us"], rec["best_timing"] = median_us(
+            lambda: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg), TIMING)
+        rec["best_launch"] = launch_of(lambda: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg))
+    floors = [r for r in rows if "stream_us" in r]
+    if floors:
+        fl = min(floors, key=lambda r: r["stream_us"])
+        cfg = gv.GemvConfig(*fl["config"])
+        rec["stream_floor"] = fl["config"]
+        rec["stream_floor_us"], _ = median_us(lambda: stream(w, ws, cfg), TIMING)
+    heur = gv.gemv_config(m, n, k, sm_count(a.device))
+    rec["heuristic"] = [heur.block_n, heur.block_u, heur.split_k, heur.num_warps]
+    rec["heuristic_us"], _ = median_us(lambda: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=heur), TIMING)
+    rec["bf16_launch"] = launch_of(lambda: torch.nn.functional.linear(a, w_bf16))
+    for key in ("tile_us", "best_us", "heuristic_us", "stream_floor_us"):
+        if rec.get(key):
+            rec[key.replace("_us", "_speedup")] = rec["bf16_us"] / rec[key]
+    return rec
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    spec = load_spec("specs/int4_matmul.toml")
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "checks": [], "shapes": []}
+    path = os.path.join(args.out, "int4_decode_sweep.json")
+    for (m, n, k), dt in itertools.product(CHECKS, DTYPES):
+        heur = gv.gemv_config(m, n, k, 132)
+        try:
+            a, w, s, z = make_inputs(m, n, k, DTYPES[dt])
+            rec = {"problem": check(spec, a, w, s, z, reference(a, w, s, z), heur, dt)}
+        except Exception:  # noqa: BLE001
+            rec = {"error": traceback.format_exc()[-1500:]}
+        rec.update({"M": m, "N": n, "K": k, "dtype": dt, "config": str(heur)})
+        out["checks"].append(rec)
+        print("check", json.dumps(rec), flush=True)
+    for n, k in NKS:
+        t0 = time.perf_counter()
+        try:
+            rec = sweep_shape(spec, 1, n, k)
+        except Exception:  # noqa: BLE001
+            rec = {"M": 1, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
+        rec["seconds"] = time.perf_counter() - t0
+        out["shapes"].append(rec)
+        show = {k2: v for k2, v in rec.items() if k2 not in ("sweep", "best_timing")}
+        print("shape", json.dumps(show), flush=True)
+        top = sorted((r for r in rec.get("sweep", []) if "us" in r), key=lambda r: r["us"])[:10]
+        for r in top:
+            print(f"  top N={n} K={k}: {r['us']:7.2f} us  stream {r.get('stream_us', 0):6.2f}  {r['config']}",
+                  flush=True)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
