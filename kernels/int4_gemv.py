@@ -49,12 +49,54 @@ class GemvConfig:
 
 
 @triton.jit
-def _fma(acc, w, a_ptrs, ok, IS_FP32: tl.constexpr):
-    """acc + w * a in fp32, a loaded through pointers of w's own shape: every row's pointer is the same address
-    (the compiler loads it once per thread), and a arrives in w's layout, with no conversion through shared
-    memory (a 1-d load of a broadcast along the rows was converted, with a barrier, eight times an iteration)."""
-    a = tl.load(a_ptrs, mask=ok, other=0.0).to(tl.float32)
+def _fma(acc, w, a, IS_FP32: tl.constexpr):
+    """acc + w * a in fp32; a [BLOCK_U], broadcast along the rows (its load takes the rows' slice layout: no
+    conversion through shared memory in the loop)."""
     return acc + a[None, :] * (w if IS_FP32 else w.to(tl.float32))
+
+
+@triton.jit
+def _pair(p, IS_BF16: tl.constexpr):
+    """Two 16-bit activations read as one int32 (little-endian: the lower k in the low half), as fp32: half the
+    loads of reading them one by one, and for bf16 no more instructions (a shift or a mask is the conversion)."""
+    if IS_BF16:
+        lo = (p << 16).to(tl.float32, bitcast=True)
+        hi = (p & -65536).to(tl.float32, bitcast=True)
+    else:
+        lo = (p & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (p >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def _fma_word(acc, w0, w1, w2, w3, w4, w5, w6, w7, a_ptr, u, ok, stride_ak, A_PAIRS: tl.constexpr,
+              IS_BF16: tl.constexpr, EMULATE: tl.constexpr):  # fmt: skip
+    """acc + the eight values of each word times their activations, a[8u + i] for nibble i. With A_PAIRS, a is
+    passed as int32 pairs (contiguous and 4-byte aligned): four loads a word instead of eight."""
+    if A_PAIRS:
+        p_ptrs = a_ptr + 4 * u
+        a0, a1 = _pair(tl.load(p_ptrs, mask=ok, other=0), IS_BF16)
+        a2, a3 = _pair(tl.load(p_ptrs + 1, mask=ok, other=0), IS_BF16)
+        a4, a5 = _pair(tl.load(p_ptrs + 2, mask=ok, other=0), IS_BF16)
+        a6, a7 = _pair(tl.load(p_ptrs + 3, mask=ok, other=0), IS_BF16)
+    else:
+        a_ptrs = a_ptr + (8 * u) * stride_ak
+        a0 = tl.load(a_ptrs, mask=ok, other=0.0).to(tl.float32)
+        a1 = tl.load(a_ptrs + stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a2 = tl.load(a_ptrs + 2 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a3 = tl.load(a_ptrs + 3 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a4 = tl.load(a_ptrs + 4 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a5 = tl.load(a_ptrs + 5 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a6 = tl.load(a_ptrs + 6 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+        a7 = tl.load(a_ptrs + 7 * stride_ak, mask=ok, other=0.0).to(tl.float32)
+    acc = _fma(acc, w0, a0, EMULATE)
+    acc = _fma(acc, w1, a1, EMULATE)
+    acc = _fma(acc, w2, a2, EMULATE)
+    acc = _fma(acc, w3, a3, EMULATE)
+    acc = _fma(acc, w4, a4, EMULATE)
+    acc = _fma(acc, w5, a5, EMULATE)
+    acc = _fma(acc, w6, a6, EMULATE)
+    return _fma(acc, w7, a7, EMULATE)
 
 
 @triton.jit
@@ -79,7 +121,8 @@ def _int4_gemv_kernel(
     a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, KU_PER_SPLIT, SPLIT,
     stride_ak, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_cn,
     BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_TILE: tl.constexpr,
-    GROUP_W: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr, RNE_BF16: tl.constexpr,
+    GROUP_W: tl.constexpr, A_PAIRS: tl.constexpr,
+    IS_BF16: tl.constexpr, EMULATE: tl.constexpr, RNE_BF16: tl.constexpr,
 ):  # fmt: skip
     """c[0, n-block] over words [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w (viewed as int32 [N, K // 8]).
 
@@ -113,16 +156,8 @@ def _int4_gemv_kernel(
         s_next, z_next = _group_params(s_rows, z_rows, u0 + BLOCK_U, u_hi, offs_u, stride_sg, stride_zg, GROUP_W)
         # a masked word reads 0 and dequantises to the finite -z * s; a's masked 0 makes its product 0
         w0, w1, w2, w3, w4, w5, w6, w7 = word_values(b, s, z, IS_BF16, EMULATE)
-        a_ptrs = a_ptr + (8 * u) * stride_ak
-        a_ok = u < u_hi
-        acc = _fma(acc, w0, a_ptrs, a_ok, EMULATE)
-        acc = _fma(acc, w1, a_ptrs + stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w2, a_ptrs + 2 * stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w3, a_ptrs + 3 * stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w4, a_ptrs + 4 * stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w5, a_ptrs + 5 * stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w6, a_ptrs + 6 * stride_ak, a_ok, EMULATE)
-        acc = _fma(acc, w7, a_ptrs + 7 * stride_ak, a_ok, EMULATE)
+        acc = _fma_word(acc, w0, w1, w2, w3, w4, w5, w6, w7, a_ptr, u, u < u_hi, stride_ak, A_PAIRS, IS_BF16,
+                        EMULATE)
     part = tl.sum(acc, axis=1)
     c_ptrs = c_ptr + offs_n * stride_cn
     c_ok = offs_n < N
@@ -194,10 +229,11 @@ def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: 
     tiles = cdiv(n, config.block_n)
     ws, cnt = _scratch(a.device, split * n, tiles) if split > 1 else (c, c)
     wu = w.view(torch.int32)
+    pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0
     _int4_gemv_kernel[(tiles, split)](
-        a, wu, scales, zeros, c, ws, cnt, n, ku, ku_per_split, split,
+        a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, n, ku, ku_per_split, split,
         a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
         c.stride(1),
         BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_TILE=SPLIT_MAX if split > 1 else 1,
-        GROUP_W=GROUP_WORDS, IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a),
+        GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a),
         RNE_BF16=needs_bf16_rounding(c), num_warps=config.num_warps, num_stages=1)  # fmt: skip

@@ -66,6 +66,7 @@ from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this 
     prune_configs,
 )
 from kernels.int4_dequant import word_values
+from kernels.int4_gemv import gemv_config, int4_gemv, interpreted_config
 from kernels.matmul import grouped_tile
 
 
@@ -295,7 +296,9 @@ def int4_matmul(
     words: bool | None = None,
     swap_min_m: int | None = None,
 ) -> None:
-    """Triton weight-only int4 GEMM ``c = a @ dequant(w).T``; any strides on every tensor.
+    """Triton weight-only int4 GEMM ``c = a @ dequant(w).T``; any strides on every tensor. One row of a with w
+    readable as words (a checkpoint's layout) goes to the decode GEMV (kernels/int4_gemv.py), all else to the
+    tile kernel here.
 
     ``config``, ``split_k`` and ``words`` (tuning experiments: reports/h200/experiments/int4/int4_probe.py
     --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
@@ -313,6 +316,10 @@ def int4_matmul(
         c.zero_()
         return
     interp = interpreted(a)
+    if m == 1 and config is None and split_k is None and words is None and _words_ok(w, k):
+        gemv = interpreted_config(n, k) if interp else gemv_config(m, n, k, sm_count(a.device))
+        int4_gemv(a=a, w=w, scales=scales, zeros=zeros, c=c, config=gemv)
+        return
     if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)
         split = 2 if m <= _DECODE_M and k > GROUP_SIZE else 1  # so that CPU runs check the split-K path too
