@@ -34,6 +34,7 @@ from kernels.int4_dequant import word_values
 
 GROUP_WORDS = 16  # a quantisation group of 128 values of k is 16 words
 SPLIT_MAX = 16  # the most K ranges one launch splits into (the reduction's tile height)
+GEMV_MAX_M = 4  # rows of a it takes: each is one more multiply-add per weight (the tile kernel takes more)
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,38 @@ def _group_params(s_rows, z_rows, u0, u_hi, offs_u, stride_sg, stride_zg, GROUP_
 
 
 @triton.jit
+def _row_ptr(a_ptr, r: tl.constexpr, M, stride_am):
+    """Row r of a (a row past M reads the last row again: its result is never stored)."""
+    return a_ptr + min(r, M - 1) * stride_am
+
+
+@triton.jit
+def _store_rows(c_ptr, ws_ptr, base, p0, p1, p2, p3, offs_n, M, N, stride_cm, stride_cn,
+                BLOCK_M: tl.constexpr, TO_WS: tl.constexpr, RNE_BF16: tl.constexpr):  # fmt: skip
+    """Rows 0..BLOCK_M-1 of the result: into c (rounded once), or as fp32 partials into the workspace at
+    ``base + r * N``."""
+    n_ok = offs_n < N
+    for r in tl.static_range(BLOCK_M):
+        p = p0 if r == 0 else (p1 if r == 1 else (p2 if r == 2 else p3))
+        if TO_WS:
+            tl.store(ws_ptr + base + r * N + offs_n, p, mask=n_ok)
+        else:
+            if RNE_BF16:
+                p = round_to_bf16(p)
+            tl.store(c_ptr + r * stride_cm + offs_n * stride_cn, p.to(c_ptr.dtype.element_ty),
+                     mask=n_ok & (offs_n * 0 + r < M))
+
+
+@triton.jit
 def _int4_gemv_kernel(
-    a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, KU_PER_SPLIT, SPLIT,
-    stride_ak, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_cn,
-    BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_TILE: tl.constexpr,
-    GROUP_W: tl.constexpr, A_PAIRS: tl.constexpr,
-    IS_BF16: tl.constexpr, EMULATE: tl.constexpr, RNE_BF16: tl.constexpr,
+    a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KU, KU_PER_SPLIT, SPLIT,
+    stride_am, stride_ak, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_TILE: tl.constexpr,
+    GROUP_W: tl.constexpr, A_PAIRS: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr,
+    RNE_BF16: tl.constexpr,
 ):  # fmt: skip
-    """c[0, n-block] over words [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w (viewed as int32 [N, K // 8]).
+    """c[:M, n-block] over words [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w (viewed as int32 [N, K // 8]), for
+    M <= BLOCK_M <= 4 rows of a: each word is dequantised once and multiplied into one accumulator per row.
 
     SPLIT_TILE is 1 for a launch without a split (c written directly), else SPLIT_MAX: the height of the tile
     the last program of a column block sums the partials in (SPLIT rows of it are used)."""
@@ -140,45 +165,56 @@ def _int4_gemv_kernel(
     z_rows = z_ptr + rn * stride_zn
     # the first iteration's words, scales and zero points; each iteration then loads the next one's
     u = u_lo + offs_u
-    ok = (u < u_hi)[None, :]
-    b_next = tl.load(w_rows + u[None, :], mask=ok, other=0)
+    b_next = tl.load(w_rows + u[None, :], mask=(u < u_hi)[None, :], other=0)
     s_next, z_next = _group_params(s_rows, z_rows, u_lo, u_hi, offs_u, stride_sg, stride_zg, GROUP_W)
-    acc = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
+    acc0 = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)  # rows 1..3: only where BLOCK_M has them
+    acc2 = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
     for u0 in range(u_lo, u_hi, BLOCK_U):
         b = b_next
         s = s_next
         z = z_next
         u = u0 + offs_u
-        ok = (u < u_hi)[None, :]
         un = u + BLOCK_U
-        ok_next = (un < u_hi)[None, :]
-        b_next = tl.load(w_rows + un[None, :], mask=ok_next, other=0)
+        b_next = tl.load(w_rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
         s_next, z_next = _group_params(s_rows, z_rows, u0 + BLOCK_U, u_hi, offs_u, stride_sg, stride_zg, GROUP_W)
         # a masked word reads 0 and dequantises to the finite -z * s; a's masked 0 makes its product 0
         w0, w1, w2, w3, w4, w5, w6, w7 = word_values(b, s, z, IS_BF16, EMULATE)
-        acc = _fma_word(acc, w0, w1, w2, w3, w4, w5, w6, w7, a_ptr, u, u < u_hi, stride_ak, A_PAIRS, IS_BF16,
-                        EMULATE)
-    part = tl.sum(acc, axis=1)
-    c_ptrs = c_ptr + offs_n * stride_cn
-    c_ok = offs_n < N
+        ok = u < u_hi
+        acc0 = _fma_word(acc0, w0, w1, w2, w3, w4, w5, w6, w7, a_ptr, u, ok, stride_ak, A_PAIRS, IS_BF16, EMULATE)
+        if BLOCK_M > 1:
+            acc1 = _fma_word(acc1, w0, w1, w2, w3, w4, w5, w6, w7, _row_ptr(a_ptr, 1, M, stride_am), u, ok,
+                             stride_ak, A_PAIRS, IS_BF16, EMULATE)  # fmt: skip
+        if BLOCK_M > 2:
+            acc2 = _fma_word(acc2, w0, w1, w2, w3, w4, w5, w6, w7, _row_ptr(a_ptr, 2, M, stride_am), u, ok,
+                             stride_ak, A_PAIRS, IS_BF16, EMULATE)  # fmt: skip
+            acc3 = _fma_word(acc3, w0, w1, w2, w3, w4, w5, w6, w7, _row_ptr(a_ptr, 3, M, stride_am), u, ok,
+                             stride_ak, A_PAIRS, IS_BF16, EMULATE)  # fmt: skip
+    p0 = tl.sum(acc0, axis=1)
+    p1 = tl.sum(acc1, axis=1)
+    p2 = tl.sum(acc2, axis=1)
+    p3 = tl.sum(acc3, axis=1)
     if SPLIT_TILE == 1:
-        if RNE_BF16:
-            part = round_to_bf16(part)
-        tl.store(c_ptrs, part.to(c_ptr.dtype.element_ty), mask=c_ok)
+        _store_rows(c_ptr, ws_ptr, 0, p0, p1, p2, p3, offs_n, M, N, stride_cm, stride_cn, BLOCK_M, False, RNE_BF16)
     else:
-        # workspace [SPLIT, N]: this split's partial, then a ticket; the last one sums them in order
-        tl.store(ws_ptr + pid_k * N + offs_n, part, mask=c_ok)
-        tl.debug_barrier()  # every thread's partial written before the ticket releases them
+        # workspace [SPLIT, BLOCK_M, N]: this split's partials, then a ticket; the last one sums them in order
+        _store_rows(c_ptr, ws_ptr, pid_k * BLOCK_M * N, p0, p1, p2, p3, offs_n, M, N, stride_cm, stride_cn,
+                    BLOCK_M, True, RNE_BF16)  # fmt: skip
+        tl.debug_barrier()  # every thread's partials written before the ticket releases them
         ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLIT - 1:
             tl.debug_barrier()
             offs_s = tl.arange(0, SPLIT_TILE)
-            parts = tl.load(ws_ptr + offs_s[:, None] * N + offs_n[None, :],
-                            mask=(offs_s < SPLIT)[:, None] & c_ok[None, :], other=0.0, cache_modifier=".cg")
-            total = tl.sum(parts, axis=0)
-            if RNE_BF16:
-                total = round_to_bf16(total)
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_ok)
+            s_ok = (offs_s < SPLIT)[:, None] & (offs_n < N)[None, :]
+            for r in tl.static_range(BLOCK_M):
+                parts = tl.load(ws_ptr + (offs_s[:, None] * BLOCK_M + r) * N + offs_n[None, :], mask=s_ok,
+                                other=0.0, cache_modifier=".cg")  # fmt: skip
+                total = tl.sum(parts, axis=0)
+                if RNE_BF16:
+                    total = round_to_bf16(total)
+                tl.store(c_ptr + r * stride_cm + offs_n * stride_cn, total.to(c_ptr.dtype.element_ty),
+                         mask=(offs_n < N) & (offs_n * 0 + r < M))  # fmt: skip
             tl.atomic_xchg(cnt_ptr + pid_n, 0)  # the next launch draws from 0 again
 
 
@@ -219,21 +255,25 @@ def interpreted_config(n: int, k: int) -> GemvConfig:
 
 def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor,
               config: GemvConfig) -> None:  # fmt: skip
-    """c = a @ dequant(w).T for a of one row, w read as 32-bit words (kernels/int4_matmul.py checks the
-    arguments and dispatches here)."""
-    k = a.shape[1]
+    """c = a @ dequant(w).T for a of one to GEMV_MAX_M rows, w read as 32-bit words (kernels/int4_matmul.py
+    checks the arguments and dispatches here)."""
+    m, k = a.shape
+    if not 1 <= m <= GEMV_MAX_M:
+        raise ValueError(f"int4_gemv: {m} rows of a; it takes 1 to {GEMV_MAX_M}")
     n = w.shape[0]
     ku = k // 8
     ku_per_split = cdiv(cdiv(k, GROUP_WORDS * 8), config.split_k) * GROUP_WORDS
     split = cdiv(ku, ku_per_split)
+    block_m = 1 << (m - 1).bit_length()
     tiles = cdiv(n, config.block_n)
-    ws, cnt = _scratch(a.device, split * n, tiles) if split > 1 else (c, c)
+    ws, cnt = _scratch(a.device, split * block_m * n, tiles) if split > 1 else (c, c)
     wu = w.view(torch.int32)
-    pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0
+    # pairs of activations as one int32: contiguous rows, 4-byte aligned, an even row stride
+    pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0 and (m == 1 or a.stride(0) % 2 == 0)
     _int4_gemv_kernel[(tiles, split)](
-        a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, n, ku, ku_per_split, split,
-        a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
-        c.stride(1),
-        BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_TILE=SPLIT_MAX if split > 1 else 1,
+        a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, m, n, ku, ku_per_split, split,
+        a.stride(0) // 2 if pairs else a.stride(0), a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1),
+        zeros.stride(0), zeros.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_TILE=SPLIT_MAX if split > 1 else 1,
         GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a),
         RNE_BF16=needs_bf16_rounding(c), num_warps=config.num_warps, num_stages=1)  # fmt: skip

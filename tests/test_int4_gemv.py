@@ -24,11 +24,11 @@ SPEC = load_spec(Path(__file__).resolve().parents[1] / "specs" / "int4_matmul.to
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _inputs(n: int, k: int, dtype: torch.dtype, seed: int = 0):
+def _inputs(n: int, k: int, dtype: torch.dtype, seed: int = 0, m: int = 1):
     gen = torch.Generator().manual_seed(seed)
     groups = -(-k // 128)
     lo, hi = 0.05 / math.sqrt(k + 1), 0.2 / math.sqrt(k + 1)
-    a = torch.randn(1, k, generator=gen).to(dtype)
+    a = torch.randn(m, k, generator=gen).to(dtype)
     w = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
     s = (torch.rand(n, groups, generator=gen) * (hi - lo) + lo).to(dtype)
     z = torch.randint(0, 16, (n, groups), generator=gen, dtype=torch.uint8)
@@ -36,7 +36,7 @@ def _inputs(n: int, k: int, dtype: torch.dtype, seed: int = 0):
 
 
 def _run(a, w, s, z, cfg) -> torch.Tensor:
-    c = torch.full((1, w.shape[0]), float("nan"), dtype=a.dtype)
+    c = torch.full((a.shape[0], w.shape[0]), float("nan"), dtype=a.dtype)
     gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
     return c
 
@@ -44,24 +44,27 @@ def _run(a, w, s, z, cfg) -> torch.Tensor:
 def _problem(c, a, w, s, z, dtype_name) -> str | None:
     ref = torch.empty_like(c)
     q4.int4_matmul_ref(a=a, w=w, scales=s, zeros=z, c=ref)
-    case = Case("edge", (("M", 1), ("N", w.shape[0]), ("K", a.shape[1])))
+    case = Case("edge", (("M", a.shape[0]), ("N", w.shape[0]), ("K", a.shape[1])))
     return mismatch(c, ref, SPEC.tolerance(dtype_name, "c", case))
 
 
-LAUNCHES = [  # (N, K, config): what each one reaches
-    (65, 256, gv.GemvConfig(32, 16, 1, 2)),  # no split; a ragged last block of rows
-    (40, 1000, gv.GemvConfig(16, 16, 3, 2)),  # a split of 3 ranges; the last group 104 wide
-    (33, 1024, gv.GemvConfig(16, 32, 4, 1)),  # two groups a block, loaded per word; a split of 4
-    (17, 384, gv.GemvConfig(16, 64, 2, 2)),  # a block wider than a split's range
-    (1, 8, gv.GemvConfig(16, 16, 1, 1)),  # one word
+LAUNCHES = [  # (M, N, K, config): what each one reaches
+    (1, 65, 256, gv.GemvConfig(32, 16, 1, 2)),  # no split; a ragged last block of rows
+    (1, 40, 1000, gv.GemvConfig(16, 16, 3, 2)),  # a split of 3 ranges; the last group 104 wide
+    (1, 33, 1024, gv.GemvConfig(16, 32, 4, 1)),  # two groups a block, loaded per word; a split of 4
+    (1, 17, 384, gv.GemvConfig(16, 64, 2, 2)),  # a block wider than a split's range
+    (1, 1, 8, gv.GemvConfig(16, 16, 1, 1)),  # one word
+    (2, 40, 1000, gv.GemvConfig(16, 16, 3, 2)),  # two accumulators, split
+    (3, 33, 256, gv.GemvConfig(16, 32, 1, 2)),  # four accumulators, the fourth row past M (never stored)
+    (4, 40, 1000, gv.GemvConfig(32, 16, 5, 1)),  # four rows, a split of 5 (its partials [5, 4, N])
 ]
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize(("n", "k", "cfg"), LAUNCHES, ids=[f"N{n}-K{k}-{c.block_n}x{c.block_u}s{c.split_k}"
-                                                         for n, k, c in LAUNCHES])
-def test_the_gemv_matches_the_reference_and_repeats_bitwise(n, k, cfg, dtype_name):
-    a, w, s, z = _inputs(n, k, DTYPES[dtype_name])
+@pytest.mark.parametrize(("m", "n", "k", "cfg"), LAUNCHES,
+                         ids=[f"M{m}-N{n}-K{k}-{c.block_n}x{c.block_u}s{c.split_k}" for m, n, k, c in LAUNCHES])
+def test_the_gemv_matches_the_reference_and_repeats_bitwise(m, n, k, cfg, dtype_name):
+    a, w, s, z = _inputs(n, k, DTYPES[dtype_name], m=m)
     c = _run(a, w, s, z, cfg)
     assert _problem(c, a, w, s, z, dtype_name) is None
     assert torch.equal(_run(a, w, s, z, cfg).view(torch.int16), c.view(torch.int16))

@@ -3,8 +3,9 @@
 1. Every configuration swept is first checked against ``int4_matmul_ref`` with the spec's tolerance and for
    bitwise repeatability (the split-K reduction in one launch must not depend on which program finishes last);
    a configuration that fails is recorded and not timed.
-2. A sweep of GemvConfig (block_n x block_u x num_warps x split_k) at M = 1 and (N, K) in {(4096, 4096),
-   (4096, 14336), (14336, 4096)}, against bf16 ``F.linear`` on the resident dequantised weight and the shipped
+2. A sweep of GemvConfig (block_n x block_u x num_warps x split_k) at M = 1 and 4 and (N, K) in {(4096, 4096),
+   (4096, 14336), (14336, 4096)} (at M = 4 only tiles of at most 8 words a thread: four accumulators each),
+   against bf16 ``F.linear`` on the resident dequantised weight and the shipped
    ``int4_matmul`` (the tile kernel), timed with harness.timing.engine.measure (events behind a spin kernel, L2
    flushed before each sample, the events' own overhead subtracted).
 3. Floors measured the same way: an empty kernel, and the GEMV's own loop with its arithmetic replaced by an XOR
@@ -43,7 +44,9 @@ from kernels import int4_matmul as q4  # noqa: E402
 from kernels.common import sm_count  # noqa: E402
 
 NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
-CHECKS = ((1, 4096, 4096), (1, 5003, 4104), (1, 4096, 14336), (1, 14336, 4096), (1, 33, 136), (1, 1, 8))
+CHECKS = ((1, 4096, 4096), (1, 5003, 4104), (1, 4096, 14336), (1, 14336, 4096), (1, 33, 136), (1, 1, 8),
+          (4, 4096, 4096), (3, 5003, 4104), (2, 33, 136))
+MS = (1, 4)
 SPLITS = (1, 2, 4, 8, 16)
 SWEEP = dataclasses.replace(SWEEP_TIMING, launch=False)  # host time only for the chosen rows
 TILES = [(bn, bu, nw) for bn, bu, nw in itertools.product((16, 32, 64, 128), (16, 32, 64), (1, 2, 4, 8))
@@ -114,7 +117,7 @@ def launch_of(fn) -> dict | None:
     return None if r.launch is None else {k: getattr(r.launch, k) for k in r.launch.__dataclass_fields__}
 
 
-def sweep_shape(spec, m, n, k) -> dict:
+def sweep_shape(spec, m, n, k, tiles) -> dict:
     a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
     ref = reference(a, w, s, z)
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
@@ -122,11 +125,12 @@ def sweep_shape(spec, m, n, k) -> dict:
     w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
     rec = {"M": m, "N": n, "K": k}
     rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
-    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c), TIMING)
+    # words=True: the tile kernel (int4_matmul sends a launch with no experiment argument to the GEMV)
+    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c, words=True), TIMING)
     x = torch.empty(1, device="cuda")
     rec["empty_kernel_us"], _ = median_us(lambda: _empty_kernel[(1,)](x), TIMING)
     rows, floors = [], []
-    for (bn, bu, nw), split in itertools.product(TILES, SPLITS):
+    for (bn, bu, nw), split in itertools.product(tiles, SPLITS):
         cfg = gv.GemvConfig(bn, bu, split, nw)
         row = {"config": [bn, bu, split, nw]}
         try:
@@ -134,7 +138,8 @@ def sweep_shape(spec, m, n, k) -> dict:
             if row["problem"] is None:
                 row["us"], _ = median_us(lambda cfg=cfg: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
                                          SWEEP)  # fmt: skip
-            row["stream_us"], _ = median_us(lambda cfg=cfg: stream(w, ws, cfg), SWEEP)
+            if m == 1:  # the floor does not depend on M
+                row["stream_us"], _ = median_us(lambda cfg=cfg: stream(w, ws, cfg), SWEEP)
         except Exception as exc:  # noqa: BLE001 - one config's failure is a row
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
@@ -183,19 +188,20 @@ def main() -> int:
         rec.update({"M": m, "N": n, "K": k, "dtype": dt, "config": str(heur)})
         out["checks"].append(rec)
         print("check", json.dumps(rec), flush=True)
-    for n, k in NKS:
+    for m, (n, k) in itertools.product(MS, NKS):
         t0 = time.perf_counter()
+        tiles = TILES if m == 1 else [t for t in TILES if t[0] * t[1] / (32 * t[2]) <= 8]
         try:
-            rec = sweep_shape(spec, 1, n, k)
+            rec = sweep_shape(spec, m, n, k, tiles)
         except Exception:  # noqa: BLE001
-            rec = {"M": 1, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
+            rec = {"M": m, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
         rec["seconds"] = time.perf_counter() - t0
         out["shapes"].append(rec)
         show = {k2: v for k2, v in rec.items() if k2 not in ("sweep", "best_timing")}
         print("shape", json.dumps(show), flush=True)
         top = sorted((r for r in rec.get("sweep", []) if "us" in r), key=lambda r: r["us"])[:10]
         for r in top:
-            print(f"  top N={n} K={k}: {r['us']:7.2f} us  stream {r.get('stream_us', 0):6.2f}  {r['config']}",
+            print(f"  top M={m} N={n} K={k}: {r['us']:7.2f} us  stream {r.get('stream_us', 0):6.2f}  {r['config']}",
                   flush=True)
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
