@@ -20,7 +20,9 @@
 #   liger     examples/liger on the GPU (liger-kernel from .whl/, carried: ../shared/device/fetch-wheels.sh
 #             liger-kernel==0.8.5): its generated tests at the full tier, its benchmark, its sm_90 matrix;
 #             commit what comes back under reports/h200-liger/ (LIGER_STEPS, LIGER_K, LIGER_MODES: below)
-#   int4      reports/h200/experiments/int4/gemv/int4_gemv_sweep.py: the decode GEMV experiment at M = 1
+#   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
+#             swept at M = 1 and 4 against bf16, the tile kernel and the floors
+#   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -171,8 +173,21 @@ case "$what" in
       | tee "$OUT/gpu_timing_compute.log" | grep -v Warning | tail -30
     ;;
   int4)
-    timeout "${PROBE_TIMEOUT:-400}" python3 reports/h200/experiments/int4/gemv/int4_gemv_sweep.py --out "$OUT" 2>&1 \
-      | tee "$OUT/int4_gemv_sweep.log" | cut -c1-700
+    timeout "${PROBE_TIMEOUT:-560}" python3 reports/h200/experiments/int4/decode/int4_decode_sweep.py --out "$OUT" \
+      > "$OUT/int4_decode_sweep.log" 2>&1
+    echo "sweep: exit $?"; grep -v '^  top' "$OUT/int4_decode_sweep.log" | cut -c1-900 | tail -25
+    grep '^  top' "$OUT/int4_decode_sweep.log" | head -60
+    ;;
+  int4-check)
+    start=$SECONDS
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
+      --kernel int4_matmul 2>&1 | tee "$OUT/pytest-full-tier-int4.log" | grep -vE '^[.sF]+( |$)' | tail -20
+    echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-int4.log"
+    start=$SECONDS
+    timeout "${BENCH_TIMEOUT:-200}" python3 -m harness bench --kernel int4_matmul --out "$OUT/bench-int4" 2>&1 \
+      | tee "$OUT/bench-int4.log" | tail -40
+    echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench-int4.log"
+    tar -czf "$OUT/bench-int4.tgz" -C "$OUT" bench-int4 && rm -rf "$OUT/bench-int4"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
