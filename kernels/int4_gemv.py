@@ -222,7 +222,7 @@ def _int4_gemv_kernel(
 _SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+def scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream)
     ws, cnt = _SCRATCH.get(key, (None, None))
@@ -266,7 +266,7 @@ def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: 
     split = cdiv(ku, ku_per_split)
     block_m = 1 << (m - 1).bit_length()
     tiles = cdiv(n, config.block_n)
-    ws, cnt = _scratch(a.device, split * block_m * n, tiles) if split > 1 else (c, c)
+    ws, cnt = scratch(a.device, split * block_m * n, tiles) if split > 1 else (c, c)
     wu = w.view(torch.int32)
     # pairs of activations as one int32: contiguous rows, 4-byte aligned, an even row stride
     pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0 and (m == 1 or a.stride(0) % 2 == 0)

@@ -37,8 +37,10 @@ runs as on a GPU), so a CPU run checks the rest of the word path (pairing, a's s
 
 Decode (M <= 16) is bound by the weight's bytes; int4 reads 4x fewer than bf16. Tiles of 16 rows, many programs
 along N and, where N gives too few programs to fill the GPU, a split of K (``_split_k``): each split writes its
-fp32 partial tile to a workspace and a second small kernel sums the splits in a fixed order and rounds once into
-c. No atomics: the result is deterministic and independent of which split finishes first.
+fp32 partial tile to a workspace and takes a ticket from the tile's counter; the program drawing the last one
+sums the splits in split order and rounds once into c, in the same launch (kernels/int4_gemv.py, which does the
+same, says more). No floating-point atomics: the result is deterministic, whichever split finishes first. One
+row of a with a word-readable w goes to that GEMV instead.
 
 Measured on an H200 (reports/h200/experiments/int4/int4_probe.py, triton 3.6, bf16, against F.linear on the resident
 bf16 weight): M = 1, N = K = 4096: 12.5 us against 13.0 (1.04x); N = 4096, K = 14336: 22.7 against 32.1 (1.42x);
@@ -66,7 +68,8 @@ from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this 
     prune_configs,
 )
 from kernels.int4_dequant import word_values
-from kernels.int4_gemv import gemv_config, int4_gemv, interpreted_config
+from kernels.int4_gemv import SPLIT_MAX, gemv_config, int4_gemv, interpreted_config
+from kernels.int4_gemv import scratch as gemv_scratch
 from kernels.matmul import grouped_tile
 
 
@@ -143,15 +146,18 @@ def _dot_words(a, b, s, z, acc, BLOCK_M: tl.constexpr, UNITS: tl.constexpr, IS_B
 
 @triton.jit
 def _int4_matmul_kernel(
-    a_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, KU, KU_PER_SPLIT,
+    a_ptr, w_ptr, s_ptr, z_ptr, out_ptr, c_ptr, cnt_ptr, M, N, KU, KU_PER_SPLIT, SPLIT,
     stride_am, stride_ak, stride_wn, stride_wk, stride_sn, stride_sg, stride_zn, stride_zg,
-    stride_os, stride_om, stride_on,
+    stride_os, stride_om, stride_on, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GROUP: tl.constexpr, WORDS: tl.constexpr, SWAP_MIN_M: tl.constexpr, IS_BF16: tl.constexpr,
-    INTERPRETED: tl.constexpr, DEQUANT_F32: tl.constexpr, RNE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr, DEQUANT_F32: tl.constexpr, RNE_BF16: tl.constexpr, SPLIT_TILES: tl.constexpr,
 ):  # fmt: skip
     """One [BLOCK_M, BLOCK_N] tile of c over units [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w's rows: written to
-    out, which is c itself (one split) or split pid_k's slice of the fp32 workspace.
+    out, which is c itself (one split, SPLIT_TILES = 0) or split pid_k's slice of the fp32 workspace. Then, with
+    a split, a ticket from the tile's counter: the program drawing the last one sums the SPLIT partials in split
+    order (SPLIT_TILES, a constexpr bound, unrolls the loads so all are in flight at once), rounds once into c
+    and resets the counter. The sum is the same whichever program finishes last, in one launch.
 
     A unit is what w is read as: a byte (2 values of k) or, with WORDS, a 32-bit word (8 values; the launcher
     passes w viewed as int32). The K loop counts units, not k: a unit offset, its bound and the masks built from
@@ -202,7 +208,7 @@ def _int4_matmul_kernel(
         w_ptrs += UNITS * stride_wk
     if SWAP:
         acc = tl.trans(acc)
-    if RNE_BF16:
+    if RNE_BF16 and SPLIT_TILES == 0:  # a split's partial stays fp32; the sum is rounded below
         acc = round_to_bf16(acc)
     out_ptrs = (
         out_ptr
@@ -210,28 +216,23 @@ def _int4_matmul_kernel(
         + offs_m.to(tl.int64)[:, None] * stride_om
         + offs_n[None, :] * stride_on
     )
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
-
-
-@triton.jit
-def _splitk_reduce_kernel(
-    ws_ptr, c_ptr, MN, N, stride_ws, stride_cm, stride_cn, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
-    RNE_BF16: tl.constexpr,
-):  # fmt: skip
-    """c = sum of the SPLIT_K fp32 partials (the workspace, [SPLIT_K, M, N] contiguous), in split order: the same
-    additions in the same order on every run; one rounding into c. SPLIT_K is a constexpr so the loop unrolls
-    and every partial's load is in flight at once (a runtime loop waited for each in turn)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < MN
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT_K):
-        acc += tl.load(ws_ptr + s * stride_ws + offs, mask=ok, other=0.0)
-    if RNE_BF16:
-        acc = round_to_bf16(acc)
-    tl.store(c_ptr + (offs // N) * stride_cm + (offs % N) * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=ok)
-
-
-_REDUCE_BLOCK = 256  # small programs: a decode c of 4096 values is 16 of them
+    mn_ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mn_ok)
+    if SPLIT_TILES > 0:
+        tl.debug_barrier()  # every thread's partial written before the ticket releases them
+        ticket = tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT - 1:
+            tl.debug_barrier()
+            part_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for i in tl.static_range(SPLIT_TILES):
+                total += tl.load(part_ptrs + i * stride_os, mask=mn_ok & (offs_n * 0 + i < SPLIT)[None, :], other=0.0,
+                                 cache_modifier=".cg")
+            if RNE_BF16:
+                total = round_to_bf16(total)
+            c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mn_ok)
+            tl.atomic_xchg(cnt_ptr + pid, 0)  # the next launch draws from 0 again
 
 _int4_matmul_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS],
@@ -256,7 +257,8 @@ def _split_k(m: int, n: int, k: int, sms: int) -> int:
     groups = cdiv(k, GROUP_SIZE)
     tiles = cdiv(n, _DECODE_TILE_N)
     split = 1
-    while tiles * split * 2 <= _PROGRAMS_PER_SM * sms and groups // (split * 2) >= _MIN_SPLIT_GROUPS:
+    while (split * 2 <= SPLIT_MAX and tiles * split * 2 <= _PROGRAMS_PER_SM * sms
+           and groups // (split * 2) >= _MIN_SPLIT_GROUPS):
         split *= 2
     return split
 
@@ -326,12 +328,18 @@ def int4_matmul(
     else:
         cfg = config
         split = split_k or _split_k(m, n, k, sm_count(a.device))
+        if not 1 <= split <= SPLIT_MAX:
+            raise ValueError(f"int4_matmul: split_k {split} must lie in [1, {SPLIT_MAX}]")
 
     words = _words_ok(w, k) if words is None else words
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
     ku_per_split = cdiv(cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
     split = cdiv(k // unit, ku_per_split)
-    out, out_strides = _workspace(split, c)
+    if split > 1:  # fp32 partials [split, M, N] and a counter per tile (int4_gemv's, per device and stream)
+        ws, counters = gemv_scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
+        out = ws[: split * m * n].view(split, m, n)
+    else:
+        out, counters = c, c
     wu = w.view(torch.int32) if words else w
     is_bf16 = a.dtype == torch.bfloat16
     args = (
@@ -340,10 +348,13 @@ def int4_matmul(
         scales,
         zeros,
         out,
+        c,
+        counters,
         m,
         n,
         k // unit,
         ku_per_split,
+        split,
         a.stride(0),
         a.stride(1),
         wu.stride(0),
@@ -352,7 +363,9 @@ def int4_matmul(
         scales.stride(1),
         zeros.stride(0),
         zeros.stride(1),
-        *out_strides,
+        *((out.stride(0), out.stride(1), out.stride(2)) if split > 1 else (0, c.stride(0), c.stride(1))),
+        c.stride(0),
+        c.stride(1),
     )
     rne = needs_bf16_rounding(c)
     flags = dict(
@@ -362,7 +375,8 @@ def int4_matmul(
         IS_BF16=is_bf16,
         INTERPRETED=interp,
         DEQUANT_F32=interp and is_bf16,
-        RNE_BF16=rne and split == 1,
+        RNE_BF16=rne,
+        SPLIT_TILES=SPLIT_MAX if split > 1 else 0,
     )
     if cfg is not None:
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split)
@@ -382,24 +396,6 @@ def int4_matmul(
             return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), split)
 
         _int4_launch[grid](*args, **flags)
-    if split > 1:
-        _reduce_splits(out, c, split)
-
-
-def _workspace(split: int, c: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """Where a launch of ``split`` K ranges writes: c itself, or an fp32 partial per split (summed by
-    _splitk_reduce_kernel), and that tensor's (split, row, column) strides."""
-    if split == 1:
-        return c, (0, c.stride(0), c.stride(1))
-    out = torch.empty((split, *c.shape), dtype=torch.float32, device=c.device)
-    return out, (out.stride(0), out.stride(1), out.stride(2))
-
-
-def _reduce_splits(out: torch.Tensor, c: torch.Tensor, split: int) -> None:
-    m, n = c.shape
-    _splitk_reduce_kernel[(cdiv(m * n, _REDUCE_BLOCK),)](
-        out, c, m * n, n, out.stride(0), c.stride(0), c.stride(1), SPLIT_K=split, BLOCK=_REDUCE_BLOCK,
-        RNE_BF16=needs_bf16_rounding(c), num_warps=2)  # fmt: skip
 
 
 def unpack(w: torch.Tensor) -> torch.Tensor:
