@@ -11,6 +11,7 @@
 3. Floors measured the same way: an empty kernel, and the GEMV's own loop with its arithmetic replaced by an XOR
    of the words (the same loads, grid and split): what reading the packed weight costs at this size, here.
 4. ``gemv_config``, the launcher's heuristic, at each shape; its loss against the sweep's best is on record.
+5. At M = 16 (the tile kernel's decode tiles, its split of K now summed in the same launch): tile against bf16.
 
 Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/decode/int4_decode_sweep.py
 --out DIR`` (writes DIR/int4_decode_sweep.json; each shape in its own try/except).
@@ -169,6 +170,17 @@ def sweep_shape(spec, m, n, k, tiles) -> dict:
     return rec
 
 
+def tile_against_bf16(m, n, k) -> dict:
+    a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
+    rec = {"M": m, "N": n, "K": k}
+    rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
+    rec["tile_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c), TIMING)
+    rec["tile_speedup"] = rec["bf16_us"] / rec["tile_us"]
+    return rec
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -203,6 +215,15 @@ def main() -> int:
         for r in top:
             print(f"  top M={m} N={n} K={k}: {r['us']:7.2f} us  stream {r.get('stream_us', 0):6.2f}  {r['config']}",
                   flush=True)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    for n, k in NKS:
+        try:
+            rec = tile_against_bf16(16, n, k)
+        except Exception:  # noqa: BLE001
+            rec = {"M": 16, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
+        out["shapes"].append(rec)
+        print("shape", json.dumps(rec), flush=True)
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
     return 0
