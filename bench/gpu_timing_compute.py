@@ -10,7 +10,9 @@ harness itself, from its spec, as the benchmark builds it:
 
 - the persistent TMA GEMM (matmul ``triton_tma``) and cuBLAS (``torch``) at 4096^3, bf16;
 - flash_attention (``triton``) and SDPA's own choice (``sdpa_auto``) at the causal headline, bf16;
-- int4_matmul (``triton``: split K, two launches a call) and its ``torch`` peer at M = 1, 4096 x 4096;
+- int4_matmul (``triton``) and its ``torch`` peer at M = 1, 4096 x 4096: split K, two launches a call in the
+  committed run (reports/h200/timing-compute/); one since the split is summed in the same launch (the decode
+  GEMV, kernels/int4_gemv.py);
 - decode shapes, where graph replay and events may part: rmsnorm at 64 x 4096 (and torch.compile's), matmul at
   M = 16 (the TMA backend's launcher and cuBLAS), flash_attention's decode (and SDPA's).
 
