@@ -22,6 +22,10 @@ sm_90 and matches the reference under the interpreter. Its H200 sweep (int4_gemv
 right and bitwise repeatable at every checked shape, and slower than the first version: at 4096 x 4096 its best
 configuration took 13.82 us against the tile kernel's 12.29 and bf16's 12.80 (0.93x bf16), at 4096 x 14336 35.04
 against 21.25, at 14336 x 4096 36.53 against 27.87. The shipped launcher keeps the tile kernel.
+
+Superseded by kernels/int4_gemv.py (its sweep: ../decode/). This script and int4_gemv_sweep.py are kept with
+their logs as the record of the two runs above; they run against commit 0b701d3 or earlier, whose int4_matmul
+still had the two-launch split of K (``_workspace``, ``_reduce_splits``) they call.
 """
 
 from __future__ import annotations
