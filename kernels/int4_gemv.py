@@ -29,11 +29,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.int4_dequant import word_values
 
 GROUP_WORDS = 16  # a quantisation group of 128 values of k is 16 words
 SPLIT_MAX = 16  # the most K ranges one launch splits into (the reduction's tile height)
+_SPLIT_TILE = tl.constexpr(SPLIT_MAX)
 GEMV_MAX_M = 4  # rows of a it takes: each is one more multiply-add per weight (the tile kernel takes more)
 
 
@@ -142,24 +143,28 @@ def _store_rows(c_ptr, ws_ptr, base, p0, p1, p2, p3, offs_n, M, N, stride_cm, st
 
 @triton.jit
 def _int4_gemv_kernel(
-    a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KU, KU_PER_SPLIT, SPLIT,
+    a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KU,
     stride_am, stride_ak, stride_wn, stride_sn, stride_sg, stride_zn, stride_zg, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_TILE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_K: tl.constexpr,
     GROUP_W: tl.constexpr, A_PAIRS: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr,
     RNE_BF16: tl.constexpr,
 ):  # fmt: skip
-    """c[:M, n-block] over words [pid_k * KU_PER_SPLIT, +KU_PER_SPLIT) of w (viewed as int32 [N, K // 8]), for
+    """c[:M, n-block] over words [pid_k * ku_split, +ku_split) of w (viewed as int32 [N, K // 8]), for
     M <= BLOCK_M <= 4 rows of a: each word is dequantised once and multiplied into one accumulator per row.
 
-    SPLIT_TILE is 1 for a launch without a split (c written directly), else SPLIT_MAX: the height of the tile
-    the last program of a column block sums the partials in (SPLIT rows of it are used)."""
+    SPLIT_K (a tuning parameter, hence a constexpr) asks for that many K ranges of whole groups: ``split`` of
+    them remain once rounded to groups (``ku_split``, as the launcher's grid counts them). With no split, c is
+    written directly; with one, the last program of a column block sums the partials in a tile of SPLIT_MAX
+    rows (``split`` of them used)."""
+    ku_split = tl.cdiv(tl.cdiv(KU, GROUP_W), SPLIT_K) * GROUP_W
+    split = tl.cdiv(KU, ku_split)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_u = tl.arange(0, BLOCK_U)
     rn = (offs_n % N).to(tl.int64)  # rows past the edge read a valid row again; the stores are masked
-    u_lo = pid_k * KU_PER_SPLIT
-    u_hi = min(KU, u_lo + KU_PER_SPLIT)
+    u_lo = pid_k * ku_split
+    u_hi = min(KU, u_lo + ku_split)
     w_rows = w_ptr + rn[:, None] * stride_wn
     s_rows = s_ptr + rn * stride_sn
     z_rows = z_ptr + rn * stride_zn
@@ -195,7 +200,7 @@ def _int4_gemv_kernel(
     p1 = tl.sum(acc1, axis=1)
     p2 = tl.sum(acc2, axis=1)
     p3 = tl.sum(acc3, axis=1)
-    if SPLIT_TILE == 1:
+    if SPLIT_K == 1:
         _store_rows(c_ptr, ws_ptr, 0, p0, p1, p2, p3, offs_n, M, N, stride_cm, stride_cn, BLOCK_M, False, RNE_BF16)
     else:
         # workspace [SPLIT, BLOCK_M, N]: this split's partials, then a ticket; the last one sums them in order
@@ -203,10 +208,10 @@ def _int4_gemv_kernel(
                     BLOCK_M, True, RNE_BF16)  # fmt: skip
         tl.debug_barrier()  # every thread's partials written before the ticket releases them
         ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT - 1:
+        if ticket == split - 1:
             tl.debug_barrier()
-            offs_s = tl.arange(0, SPLIT_TILE)
-            s_ok = (offs_s < SPLIT)[:, None] & (offs_n < N)[None, :]
+            offs_s = tl.arange(0, _SPLIT_TILE)
+            s_ok = (offs_s < split)[:, None] & (offs_n < N)[None, :]
             for r in tl.static_range(BLOCK_M):
                 parts = tl.load(ws_ptr + (offs_s[:, None] * BLOCK_M + r) * N + offs_n[None, :], mask=s_ok,
                                 other=0.0, cache_modifier=".cg")  # fmt: skip
@@ -234,16 +239,31 @@ def scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tens
     return ws, cnt
 
 
-def gemv_config(m: int, n: int, k: int, sms: int) -> GemvConfig:
-    """The launch configuration for an [m, k] x [n, k] decode GEMV on a GPU of ``sms`` multiprocessors: enough
-    programs for several per multiprocessor, each streaming at least two groups a split."""
-    block_n, block_u, warps = 16, 32, 2
-    tiles = cdiv(n, block_n)
-    groups = cdiv(k, GROUP_WORDS * 8)
-    split = 1
-    while split * 2 <= SPLIT_MAX and tiles * split * 2 <= 8 * sms and groups // (split * 2) >= 2:
-        split *= 2
-    return GemvConfig(block_n, block_u, split, warps)
+# The autotuner's candidates on a GPU: 4 to 16 words a thread (fewer leave the loads too narrow; more spill at
+# four rows of a), each with every split of K the pruning keeps for the shape.
+TILES = ((16, 16, 1), (16, 32, 2), (32, 16, 2), (32, 32, 4), (64, 16, 4), (32, 16, 1), (64, 16, 2), (64, 32, 4))
+CONFIGS = tuple(GemvConfig(bn, bu, split, nw) for bn, bu, nw in TILES for split in (1, 2, 4, 8, 16))
+
+
+def _prune(configs, named_args, **kwargs):
+    """Splits that leave each range at least two groups and make at most 16 programs a multiprocessor (the
+    H100/H200's 132), and no split where the column blocks alone give that many."""
+    n, groups = named_args["N"], cdiv(named_args["KU"], GROUP_WORDS)
+    kept = []
+    for c in configs:
+        split, tiles = c.kwargs["SPLIT_K"], cdiv(n, c.kwargs["BLOCK_N"])
+        if split == 1 or (groups // split >= 2 and tiles * split <= 16 * 132):
+            kept.append(c)
+    return kept or list(configs)
+
+
+_gemv_autotuned = triton.autotune(
+    configs=[triton.Config({"BLOCK_N": c.block_n, "BLOCK_U": c.block_u, "SPLIT_K": c.split_k},
+                           num_warps=c.num_warps, num_stages=1) for c in CONFIGS],
+    key=["M", "N", "KU"],
+    prune_configs_by={"early_config_prune": _prune},
+)(_int4_gemv_kernel)
+_gemv_launch = CachedAutotune(_gemv_autotuned)
 
 
 def interpreted_config(n: int, k: int) -> GemvConfig:
@@ -253,27 +273,42 @@ def interpreted_config(n: int, k: int) -> GemvConfig:
     return GemvConfig(min(max(1 << (n - 1).bit_length(), 16), 128), GROUP_WORDS, 2 if groups > 1 else 1, 4)
 
 
+def _splits(ku: int, split_k: int) -> int:
+    """K ranges a launch of ``split_k`` makes once each is rounded to whole groups (as the kernel counts them)."""
+    return cdiv(ku, cdiv(cdiv(ku, GROUP_WORDS), split_k) * GROUP_WORDS)
+
+
 def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor,
-              config: GemvConfig) -> None:  # fmt: skip
+              config: GemvConfig | None = None) -> None:  # fmt: skip
     """c = a @ dequant(w).T for a of one to GEMV_MAX_M rows, w read as 32-bit words (kernels/int4_matmul.py
-    checks the arguments and dispatches here)."""
+    checks the arguments and dispatches here). ``config`` replaces the autotuner's choice (on a GPU) or the
+    interpreter's configuration."""
     m, k = a.shape
     if not 1 <= m <= GEMV_MAX_M:
         raise ValueError(f"int4_gemv: {m} rows of a; it takes 1 to {GEMV_MAX_M}")
     n = w.shape[0]
     ku = k // 8
-    ku_per_split = cdiv(cdiv(k, GROUP_WORDS * 8), config.split_k) * GROUP_WORDS
-    split = cdiv(ku, ku_per_split)
     block_m = 1 << (m - 1).bit_length()
-    tiles = cdiv(n, config.block_n)
-    ws, cnt = scratch(a.device, split * block_m * n, tiles) if split > 1 else (c, c)
+    interp = interpreted(a)
+    if config is None and interp:
+        config = interpreted_config(n, k)
+    # every split a candidate may take: partials for SPLIT_MAX ranges, a counter per 16-row column block
+    ws, cnt = scratch(a.device, SPLIT_MAX * block_m * n, cdiv(n, 16))
     wu = w.view(torch.int32)
     # pairs of activations as one int32: contiguous rows, 4-byte aligned, an even row stride
     pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0 and (m == 1 or a.stride(0) % 2 == 0)
-    _int4_gemv_kernel[(tiles, split)](
-        a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, m, n, ku, ku_per_split, split,
-        a.stride(0) // 2 if pairs else a.stride(0), a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1),
-        zeros.stride(0), zeros.stride(1), c.stride(0), c.stride(1),
-        BLOCK_M=block_m, BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_TILE=SPLIT_MAX if split > 1 else 1,
-        GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a),
-        RNE_BF16=needs_bf16_rounding(c), num_warps=config.num_warps, num_stages=1)  # fmt: skip
+    args = (a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, m, n, ku,
+            a.stride(0) // 2 if pairs else a.stride(0), a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1),
+            zeros.stride(0), zeros.stride(1), c.stride(0), c.stride(1))  # fmt: skip
+    flags = dict(BLOCK_M=block_m, GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16,
+                 EMULATE=interp, RNE_BF16=needs_bf16_rounding(c))  # fmt: skip
+    if config is not None:
+        _int4_gemv_kernel[(cdiv(n, config.block_n), _splits(ku, config.split_k))](
+            *args, **flags, BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_K=config.split_k,
+            num_warps=config.num_warps, num_stages=1)  # fmt: skip
+        return
+
+    def grid(meta):
+        return (cdiv(n, meta["BLOCK_N"]), _splits(ku, meta["SPLIT_K"]))
+
+    _gemv_launch[grid](*args, **flags)

@@ -68,7 +68,7 @@ from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this 
     prune_configs,
 )
 from kernels.int4_dequant import word_values
-from kernels.int4_gemv import SPLIT_MAX, gemv_config, int4_gemv, interpreted_config
+from kernels.int4_gemv import SPLIT_MAX, int4_gemv
 from kernels.int4_gemv import scratch as gemv_scratch
 from kernels.matmul import grouped_tile
 
@@ -319,8 +319,7 @@ def int4_matmul(
         return
     interp = interpreted(a)
     if m == 1 and config is None and split_k is None and words is None and _words_ok(w, k):
-        gemv = interpreted_config(n, k) if interp else gemv_config(m, n, k, sm_count(a.device))
-        int4_gemv(a=a, w=w, scales=scales, zeros=zeros, c=c, config=gemv)
+        int4_gemv(a=a, w=w, scales=scales, zeros=zeros, c=c)
         return
     if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)

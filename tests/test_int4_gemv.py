@@ -94,7 +94,7 @@ def test_strided_activations_are_read_one_by_one():
 
 def test_int4_matmul_sends_one_row_with_word_readable_weights_to_the_gemv(monkeypatch):
     calls = []
-    monkeypatch.setattr(q4, "int4_gemv", lambda **kw: calls.append(kw["config"]))
+    monkeypatch.setattr(q4, "int4_gemv", lambda **kw: calls.append(kw))
     a, w, s, z = _inputs(8, 256, torch.bfloat16)
     q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=torch.empty(1, 8, dtype=a.dtype))
     assert len(calls) == 1
