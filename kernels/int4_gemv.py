@@ -19,6 +19,11 @@ kept per device and stream, so launches on two streams never share them.
 
 The weight must be readable as 32-bit words (K a multiple of 8, rows contiguous and 4-byte aligned: a
 checkpoint's layout); kernels/int4_matmul.py keeps its tile kernel for every other layout and for larger M.
+
+Status (2026-12-05): right under the Triton interpreter (tests/test_int4_gemv.py, the generated int4_matmul
+tests) and compiled for sm_80, sm_90 and sm_100 without spills (`harness matrix`, 80 configurations); not yet run
+or timed on a GPU: no device could be started that day. Its sweep, reports/h200/experiments/int4/decode/, is
+what decides whether M = 1 stays routed here and which candidates the autotuner keeps.
 """
 
 from __future__ import annotations
