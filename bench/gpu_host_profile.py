@@ -34,6 +34,8 @@ CASES = (
     CheckCase("rmsnorm-64x4096", "specs/rmsnorm.toml", "triton", "tokens=64,hidden=4096"),
     CheckCase("rmsnorm_cuda-64x4096", "specs/rmsnorm.toml", "cuda", "tokens=64,hidden=4096"),
     CheckCase("int4-M1", "specs/int4_matmul.toml", "triton", "M=1,N=4096,K=4096"),
+    CheckCase("int4-M16", "specs/int4_matmul.toml", "triton", "M=16,N=4096,K=4096"),
+    CheckCase("int4_torch-M1", "specs/int4_matmul.toml", "torch", "M=1,N=4096,K=4096"),
     CheckCase("matmul_tma-M16", "specs/matmul.toml", "triton_tma", "M=16,N=4096,K=4096,epilogue=0"),
     CheckCase("cublas-M16", "specs/matmul.toml", "torch", "M=16,N=4096,K=4096,epilogue=0"),
     CheckCase("flash_attention-decode", "specs/flash_attention.toml", "triton",

@@ -21,7 +21,8 @@
 #             liger-kernel==0.8.5): its generated tests at the full tier, its benchmark, its sm_90 matrix;
 #             commit what comes back under reports/h200-liger/ (LIGER_STEPS, LIGER_K, LIGER_MODES: below)
 #   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
-#             swept at M = 1 and 4 against bf16, the tile kernel and the floors
+#             swept at M = 1 and 4 against bf16, the tile kernel and the floors; then bench/gpu_host_profile.py
+#             on int4's launchers
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -177,6 +178,9 @@ case "$what" in
       > "$OUT/int4_decode_sweep.log" 2>&1
     echo "sweep: exit $?"; grep -v '^  top' "$OUT/int4_decode_sweep.log" | cut -c1-900 | tail -25
     grep '^  top' "$OUT/int4_decode_sweep.log" | head -60
+    # where the launchers' host time goes (the benchmark's host time says how much)
+    timeout 90 python3 bench/gpu_host_profile.py --out "$OUT/host" --calls 200 --only int4-M1,int4-M16,int4_torch-M1 \
+      2>&1 | tee "$OUT/host_profile.log" | head -60
     ;;
   int4-check)
     start=$SECONDS
