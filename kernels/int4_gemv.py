@@ -20,7 +20,7 @@ kept per device and stream, so launches on two streams never share them.
 The weight must be readable as 32-bit words (K a multiple of 8, rows contiguous and 4-byte aligned: a
 checkpoint's layout); kernels/int4_matmul.py keeps its tile kernel for every other layout and for larger M.
 
-Status (2026-12-05, on an H100; no H200 could be started that day): right on the GPU (the generated full-tier
+Status (2026-12-05, on an H100; no H200 could be started that day): right on the GPU (the 102 generated full-tier
 tests and the sweep's checks, every configuration bitwise repeatable) and under the interpreter. At M = 1 it is
 1.6x the bf16 GEMM at N = K = 4096 (10.1 us), 2.0x at K = 14336 and 1.8x at N = 14336, a few percent ahead of the
 tile kernel; at M = 4 the tile kernel is faster (11 us against 17), so only M = 1 is routed here. The XOR floor
