@@ -12,7 +12,9 @@
    of the words (the same loads, grid and split): what reading the packed weight costs at this size, here.
 4. The launcher as shipped (its autotuner's pick among the same candidates) at each shape.
 5. At M = 16 (the tile kernel's decode tiles, its split of K now summed in the same launch): tile against bf16.
-6. Last, the autotuned launcher at edge shapes (unaligned N and K, N = 1, M = 2 to 4), both dtypes: each new
+6. ``--part stages`` (first under the default, ``all``): gemv_stages.py's variants at M = 1, the dequantisation
+   alone and the factored GEMV, beside the GEMV and the XOR floor of each config, with their errors.
+7. Last, the autotuned launcher at edge shapes (unaligned N and K, N = 1, M = 2 to 4), both dtypes: each new
    shape compiles and autotunes again, so these come after the timings.
 
 Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/decode/int4_decode_sweep.py
@@ -36,6 +38,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gemv_stages import exact, scaled_error, stages  # noqa: E402
 from int4_probe import DTYPES, SWEEP_TIMING, TIMING, make_inputs, median_us  # noqa: E402
 
 from harness.correctness.numerics import mismatch  # noqa: E402
@@ -52,6 +55,10 @@ MS = (1, 4)
 SPLITS = (1, 2, 4, 8, 16)
 SWEEP = dataclasses.replace(SWEEP_TIMING, launch=False)  # host time only for the chosen rows
 TILES = gv.TILES  # the autotuner's candidates
+# --part stages: those and two of 16 words a thread (fewer activation loads a weight: the factored loop's SASS
+# per weight falls from 5.4 to 4.4 at sm_90), at the splits the sweep's fastest used
+STAGE_TILES = TILES + ((32, 16, 1), (64, 16, 2))
+STAGE_SPLITS = (4, 8)
 
 
 @triton.jit
@@ -170,6 +177,48 @@ def sweep_shape(spec, m, n, k, tiles) -> dict:
     return rec
 
 
+def stage_shape(spec, n, k) -> dict:
+    """At M = 1: the GEMV, its dequantisation alone and the factored variant (gemv_stages.py) over STAGE_TILES x
+    STAGE_SPLITS, each against the XOR floor of the same config; then the error of the GEMV and of
+    the factored variant against the contract's reference (the spec's tolerance) and against fp64 (scaled)."""
+    a, w, s, z = make_inputs(1, n, k, torch.bfloat16)
+    ref = reference(a, w, s, z)
+    ex = exact(a, w, s, z)
+    c = torch.empty((1, n), dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(16 * n, dtype=torch.int32, device="cuda")
+    rec = {"M": 1, "N": n, "K": k, "rows": []}
+    w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
+    rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
+    tol = spec.tolerance("bf16", "c", Case("full", (("M", 1), ("N", n), ("K", k))))
+    for (bn, bu, nw), split in itertools.product(STAGE_TILES, STAGE_SPLITS):
+        cfg = gv.GemvConfig(bn, bu, split, nw)
+        row = {"config": [bn, bu, split, nw]}
+        try:
+            row["gemv_us"], _ = median_us(lambda cfg=cfg: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
+                                          SWEEP)  # fmt: skip
+            row["xor_us"], _ = median_us(lambda cfg=cfg: stream(w, ws, cfg), SWEEP)
+            for mode in ("dequant", "factored"):
+                row[f"{mode}_us"], _ = median_us(lambda mode=mode, cfg=cfg: stages(a, w, s, z, c, cfg, mode),
+                                                 SWEEP)  # fmt: skip
+            c.fill_(float("nan"))
+            stages(a, w, s, z, c, cfg, "factored")
+            row["factored_problem"] = mismatch(c, ref, tol)
+            row["factored_scaled_err"] = scaled_error(c, ex, a, w, s, z)
+            gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
+            row["gemv_scaled_err"] = scaled_error(c, ex, a, w, s, z)
+        except Exception as exc:  # noqa: BLE001 - one config's failure is a row
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rec["rows"].append(row)
+        print("  stage", json.dumps(row), flush=True)
+    for key in ("gemv_us", "xor_us", "dequant_us", "factored_us"):
+        done = [r for r in rec["rows"] if key in r]
+        if done:
+            best = min(done, key=lambda r: r[key])
+            rec[f"best_{key}"] = [best[key], best["config"]]
+            rec[f"best_{key.replace('_us', '')}_speedup"] = rec["bf16_us"] / best[key]
+    return rec
+
+
 def tile_against_bf16(m, n, k) -> dict:
     a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
@@ -184,6 +233,8 @@ def tile_against_bf16(m, n, k) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
+    p.add_argument("--part", choices=("stages", "sweep", "all"), default="all",
+                   help="stages: gemv_stages.py's variants at M = 1 (first under all); sweep: the rest")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spec = load_spec("specs/int4_matmul.toml")
@@ -195,6 +246,17 @@ def main() -> int:
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
 
+    out["stages"] = []
+    for n, k in NKS if args.part in ("stages", "all") else ():
+        try:
+            rec = stage_shape(spec, n, k)
+        except Exception:  # noqa: BLE001
+            rec = {"M": 1, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
+        out["stages"].append(rec)
+        print("stages", json.dumps({k2: v for k2, v in rec.items() if k2 != "rows"}), flush=True)
+        save()
+    if args.part == "stages":
+        return 0
     top_of = {}  # (N, K) -> the fastest configs at M = 1: the candidates M = 4 is swept over
     for m, (n, k) in itertools.product(MS, NKS):
         t0 = time.perf_counter()
