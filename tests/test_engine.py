@@ -55,6 +55,21 @@ def test_host_path_times_out():
     assert all(v >= 2000 for v in m.samples_us)
 
 
+def test_a_slow_first_call_does_not_eat_the_sampling_time():
+    """The first call compiles (here: sleeps past the whole time box); sampling still gets its samples."""
+    calls = []
+
+    def first_slow():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.3)
+
+    cfg = TimingConfig(min_samples=10, max_samples=10, min_time_s=0.0, max_rsd=1.0, timeout_s=0.2, launch=False)
+    m = measure(first_slow, device="cpu", config=cfg)
+    assert len(m.samples_us) == 10 and m.stop_reason != "timeout"
+    assert m.wall_time_s >= 0.3  # the case's wall time still counts the warm-up
+
+
 def test_cpu_flush_reads_twice_the_llc_before_every_sample(monkeypatch):
     buffers = []
 

@@ -45,7 +45,8 @@ class TimingConfig:
     min_samples: int = 10
     max_rsd: float = 0.005          # stop at relative std <= 0.5% ...
     min_time_s: float = 0.5         # ... once this much device time is accumulated
-    timeout_s: float = 15.0         # wall-clock limit per case
+    timeout_s: float = 15.0         # wall-clock limit on a case's sampling (warm-up bounds its own; a first call
+                                    # that compiles or autotunes never eats the samples' time)
     max_samples: int = 2000
     cold: bool = True               # flush L2 before each sample
     method: str = "auto"            # auto | cupti | events | graph | host
@@ -111,7 +112,10 @@ def measure(fn: Callable[[], object], *, device: torch.device | str,
 # ----------------------------------------------------------------------------- shared
 
 def _sample_loop(batch, cfg: TimingConfig, reader, t0: float, chunk: int, params: dict, outputs=None):
-    """Run ``batch(count, deadline) -> [(value_us | None, clock_mhz | None)]`` until the rule stops.
+    """Run ``batch(count, deadline) -> [(value_us | None, clock_mhz | None)]`` until the rule stops; ``t0`` is
+    when sampling began, after the warm-up: counted from the call's start, a first call that compiled and
+    autotuned for longer than ``timeout_s`` left the case one sample (on an H100 several such single samples
+    read 3-20x the same kernel's timing in a later case: reports/h100/README.md).
 
     A None value was discarded by the method itself (launch gap, no GPU activity found); a sample
     whose clock reading is below throttle_fraction x max goes to ``dropped`` and never feeds the rule.
@@ -169,7 +173,7 @@ def _measure_cpu(fn, cfg: TimingConfig, t0: float, outputs=None) -> Measurement:
         return out
 
     before = outputs.before if outputs is not None else None
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, sampler.clock, t0, 1, params, outputs)
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, sampler.clock, time.perf_counter(), 1, params, outputs)
     k = _warm_calls(statistics.median(kept) if kept else 1.0, target_us=5000.0, cap=1000)
     warm, started = [], time.perf_counter()
     while len(warm) < 5 and (not warm or time.perf_counter() - started < 1.0):
@@ -215,7 +219,8 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float, outputs=None) -> Measur
                             "one replay, minus the empty pair's cost")
     else:
         batch, chunk, name = _plain_batch(fn, cu, before), 1, cu.name
-    kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, t0, chunk, params, outputs)
+    kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, time.perf_counter(), chunk, params,
+                                                 outputs)  # fmt: skip
     warm = _warm_cuda(fn, cu, statistics.median(kept) if kept else 1.0, params)
     params.update(cu.params())
     launch = measure_launch(fn, cu) if cfg.launch else None  # the eager call: what a caller without graphs pays
