@@ -63,11 +63,22 @@ def _nibble_pair(b, j: tl.constexpr, magic):
 
 
 @triton.jit
+def _block(w_rows, s_rows, z_rows, u0, u_hi, offs_u, stride_sg, stride_zg):
+    """The words of block [u0, u0 + BLOCK_U) of each row, with its group's scale and zero point (past the end: no
+    words, and the last group's parameters again, unused)."""
+    u = u0 + offs_u
+    b = tl.load(w_rows + u[None, :], mask=(u < u_hi)[None, :], other=0)
+    g = min(u0, u_hi - 1) // offs_u.shape[0]
+    return b, tl.load(s_rows + g * stride_sg), tl.load(z_rows + g * stride_zg)
+
+
+@triton.jit
 def _stages_kernel(a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, stride_wn, stride_sn, stride_sg,
                    stride_zn, stride_zg, magic, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr, SPLIT_K: tl.constexpr,
-                   MODE: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr,
+                   MODE: tl.constexpr, PREFETCH: tl.constexpr, IS_BF16: tl.constexpr, EMULATE: tl.constexpr,
                    RNE_BF16: tl.constexpr):  # fmt: skip
-    """c[0, n-block] for one row of a (passed as int32 pairs), one group of 16 words an iteration."""
+    """c[0, n-block] for one row of a (passed as int32 pairs), one group of 16 words an iteration; each block's
+    words, scales and zero points loaded PREFETCH (1 or 2) iterations ahead."""
     ku_split = tl.cdiv(tl.cdiv(KU, BLOCK_U), SPLIT_K) * BLOCK_U
     split = tl.cdiv(KU, ku_split)
     pid_n = tl.program_id(0)
@@ -78,16 +89,24 @@ def _stages_kernel(a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, st
     u_lo = pid_k * ku_split
     u_hi = min(KU, u_lo + ku_split)
     w_rows = w_ptr + rn[:, None] * stride_wn
-    b_next = tl.load(w_rows + (u_lo + offs_u)[None, :], mask=(u_lo + offs_u < u_hi)[None, :], other=0)
+    s_rows = s_ptr + rn * stride_sn
+    z_rows = z_ptr + rn * stride_zn
+    b_next, s_next, z_next = _block(w_rows, s_rows, z_rows, u_lo, u_hi, offs_u, stride_sg, stride_zg)
+    if PREFETCH == 2:
+        b_next2, s_next2, z_next2 = _block(w_rows, s_rows, z_rows, u_lo + BLOCK_U, u_hi, offs_u, stride_sg,
+                                           stride_zg)  # fmt: skip
     acc = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.float32)
     for u0 in range(u_lo, u_hi, BLOCK_U):
         b = b_next
+        s_raw = s_next
+        z = z_next
         u = u0 + offs_u
-        un = u + BLOCK_U
-        b_next = tl.load(w_rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
-        g = u0 // BLOCK_U
-        s_raw = tl.load(s_ptr + rn * stride_sn + g * stride_sg)
-        z = tl.load(z_ptr + rn * stride_zn + g * stride_zg)
+        if PREFETCH == 2:
+            b_next, s_next, z_next = b_next2, s_next2, z_next2
+            b_next2, s_next2, z_next2 = _block(w_rows, s_rows, z_rows, u0 + 2 * BLOCK_U, u_hi, offs_u, stride_sg,
+                                               stride_zg)  # fmt: skip
+        else:
+            b_next, s_next, z_next = _block(w_rows, s_rows, z_rows, u0 + BLOCK_U, u_hi, offs_u, stride_sg, stride_zg)
         ok = u < u_hi
         if MODE == 0:
             a0, a1 = gv._pair(tl.load(a_ptr + 4 * u, mask=ok, other=0), IS_BF16)
@@ -134,7 +153,7 @@ def _stages_kernel(a_ptr, w_ptr, s_ptr, z_ptr, c_ptr, ws_ptr, cnt_ptr, N, KU, st
             tl.atomic_xchg(cnt_ptr + pid_n, 0)
 
 
-def stages(a, w, s, z, c, cfg: gv.GemvConfig, mode: str) -> None:
+def stages(a, w, s, z, c, cfg: gv.GemvConfig, mode: str, prefetch: int = 1) -> None:
     """One launch of a variant: a [1, K] contiguous (read as int32 pairs), w readable as words, c [1, N]."""
     n, ku = w.shape[0], w.shape[1] // 4
     if a.shape[0] != 1 or not a.is_contiguous() or not c.is_contiguous() or cfg.block_u != gv.GROUP_WORDS:
@@ -145,6 +164,7 @@ def stages(a, w, s, z, c, cfg: gv.GemvConfig, mode: str) -> None:
     _stages_kernel[(cdiv(n, cfg.block_n), splits)](
         a.view(torch.int32), wu, s, z, c, ws, cnt, n, ku, wu.stride(0), s.stride(0), s.stride(1), z.stride(0),
         z.stride(1), _PAIR_MAGIC, BLOCK_N=cfg.block_n, BLOCK_U=cfg.block_u, SPLIT_K=cfg.split_k, MODE=MODES[mode],
+        PREFETCH=prefetch,
         IS_BF16=a.dtype == torch.bfloat16, EMULATE=interpreted(a), RNE_BF16=needs_bf16_rounding(c),
         num_warps=cfg.num_warps, num_stages=1)  # fmt: skip
 
@@ -177,11 +197,11 @@ def cpu_check() -> int:
         z = torch.randint(0, 16, (n, k // 128), generator=gen, dtype=torch.uint8)
         cfg = gv.GemvConfig(16, 16, split, 1)
         c = torch.empty(1, n, dtype=dtype)
-        stages(a, w, s, z, c, cfg, "factored")
+        stages(a, w, s, z, c, cfg, "factored", prefetch=2 if split > 1 else 1)
         err = scaled_error(c, exact(a, w, s, z), a, w, s, z)
         ok = err <= 2 ** -7  # the output's own rounding (2^-9 of |c| for bf16) and fp32 sums
         d = torch.empty(1, n, dtype=dtype)
-        stages(a, w, s, z, d, cfg, "dequant")
+        stages(a, w, s, z, d, cfg, "dequant", prefetch=2 if split > 1 else 1)
         want = q4.dequantize(w, s, z, dtype).float().sum(dim=1)
         ok_d = torch.allclose(d.float()[0], want, rtol=2 ** -7, atol=1e-3)
         print(f"N={n} K={k} split={split} {dtype}: factored scaled error {err:.2e} {'ok' if ok else 'WRONG'}; "

@@ -12,8 +12,9 @@
    of the words (the same loads, grid and split): what reading the packed weight costs at this size, here.
 4. The launcher as shipped (its autotuner's pick among the same candidates) at each shape.
 5. At M = 16 (the tile kernel's decode tiles, its split of K now summed in the same launch): tile against bf16.
-6. ``--part stages`` (first under the default, ``all``): gemv_stages.py's variants at M = 1, the dequantisation
-   alone and the factored GEMV, beside the GEMV and the XOR floor of each config, with their errors.
+6. ``--part prefetch`` and ``--part stages`` (both first under the default, ``all``): the XOR floor, the
+   dequantisation alone and the factored loop with their loads one and two blocks ahead; gemv_stages.py's
+   variants at M = 1 beside the GEMV and the XOR floor of each config, with their errors.
 7. Last, the autotuned launcher at edge shapes (unaligned N and K, N = 1, M = 2 to 4), both dtypes: each new
    shape compiles and autotunes again, so these come after the timings.
 
@@ -62,8 +63,9 @@ STAGE_SPLITS = (4, 8)
 
 
 @triton.jit
-def _stream_kernel(w_ptr, ws_ptr, N, KU, KU_PER_SPLIT, stride_wn, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr):
-    """The GEMV's loop (the next block's words loaded one iteration ahead) with an XOR for its arithmetic."""
+def _stream_kernel(w_ptr, ws_ptr, N, KU, KU_PER_SPLIT, stride_wn, BLOCK_N: tl.constexpr, BLOCK_U: tl.constexpr,
+                   PREFETCH: tl.constexpr = 1):  # fmt: skip
+    """The GEMV's loop (the next block's words loaded PREFETCH iterations ahead) with an XOR for its arithmetic."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -73,11 +75,18 @@ def _stream_kernel(w_ptr, ws_ptr, N, KU, KU_PER_SPLIT, stride_wn, BLOCK_N: tl.co
     u_hi = min(KU, u_lo + KU_PER_SPLIT)
     rows = w_ptr + rn[:, None] * stride_wn
     b_next = tl.load(rows + (u_lo + offs_u)[None, :], mask=(u_lo + offs_u < u_hi)[None, :], other=0)
+    if PREFETCH == 2:
+        u2 = u_lo + BLOCK_U + offs_u
+        b_next2 = tl.load(rows + u2[None, :], mask=(u2 < u_hi)[None, :], other=0)
     acc = tl.zeros((BLOCK_N, BLOCK_U), dtype=tl.int32)
     for u0 in range(u_lo, u_hi, BLOCK_U):
         b = b_next
-        un = u0 + BLOCK_U + offs_u
-        b_next = tl.load(rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
+        un = u0 + PREFETCH * BLOCK_U + offs_u
+        if PREFETCH == 2:
+            b_next = b_next2
+            b_next2 = tl.load(rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
+        else:
+            b_next = tl.load(rows + un[None, :], mask=(un < u_hi)[None, :], other=0)
         acc = acc ^ b
     tl.store(ws_ptr + pid_k * N + offs_n, tl.xor_sum(acc, axis=1), mask=offs_n < N)
 
@@ -87,13 +96,14 @@ def _empty_kernel(x_ptr):
     pass
 
 
-def stream(w, ws, cfg: gv.GemvConfig) -> None:
+def stream(w, ws, cfg: gv.GemvConfig, prefetch: int = 1) -> None:
     n, k = w.shape[0], w.shape[1] * 2
     ku = k // 8
     per = triton.cdiv(triton.cdiv(k, 128), cfg.split_k) * 16
     wu = w.view(torch.int32)
     _stream_kernel[(triton.cdiv(n, cfg.block_n), triton.cdiv(ku, per))](
-        wu, ws, n, ku, per, wu.stride(0), BLOCK_N=cfg.block_n, BLOCK_U=cfg.block_u, num_warps=cfg.num_warps)
+        wu, ws, n, ku, per, wu.stride(0), BLOCK_N=cfg.block_n, BLOCK_U=cfg.block_u, PREFETCH=prefetch,
+        num_warps=cfg.num_warps)
 
 
 def check(spec, a, w, s, z, ref, cfg, dtype_name) -> str | None:
@@ -219,6 +229,41 @@ def stage_shape(spec, n, k) -> dict:
     return rec
 
 
+PREFETCH_CONFIGS = ((32, 16, 8, 2), (64, 16, 8, 4))
+PREFETCH_SHAPES = ((4096, 4096), (4096, 14336))
+
+
+def prefetch_shape(n, k) -> dict:
+    """At M = 1: the XOR floor, the dequantisation alone and the factored loop with their loads one and two
+    iterations ahead, beside the GEMV (one ahead), per config: whether more loads in flight close the gap."""
+    a, w, s, z = make_inputs(1, n, k, torch.bfloat16)
+    ex = exact(a, w, s, z)
+    c = torch.empty((1, n), dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(16 * n, dtype=torch.int32, device="cuda")
+    w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
+    rec = {"M": 1, "N": n, "K": k, "rows": []}
+    rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16), TIMING)
+    for bn, bu, split, nw in PREFETCH_CONFIGS:
+        cfg = gv.GemvConfig(bn, bu, split, nw)
+        row = {"config": [bn, bu, split, nw]}
+        try:
+            row["gemv_us"], _ = median_us(lambda cfg=cfg: gv.int4_gemv(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
+                                          SWEEP)  # fmt: skip
+            for depth in (1, 2):
+                row[f"xor{depth}_us"], _ = median_us(lambda cfg=cfg, d=depth: stream(w, ws, cfg, d), SWEEP)
+                for mode in ("dequant", "factored"):
+                    row[f"{mode}{depth}_us"], _ = median_us(
+                        lambda cfg=cfg, d=depth, mode=mode: stages(a, w, s, z, c, cfg, mode, d), SWEEP)
+                c.fill_(float("nan"))
+                stages(a, w, s, z, c, cfg, "factored", depth)
+                row[f"factored{depth}_scaled_err"] = scaled_error(c, ex, a, w, s, z)
+        except Exception as exc:  # noqa: BLE001 - one config's failure is a row
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rec["rows"].append(row)
+        print("  prefetch", json.dumps(row), flush=True)
+    return rec
+
+
 def tile_against_bf16(m, n, k) -> dict:
     a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
@@ -233,8 +278,9 @@ def tile_against_bf16(m, n, k) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--part", choices=("stages", "sweep", "all"), default="all",
-                   help="stages: gemv_stages.py's variants at M = 1 (first under all); sweep: the rest")
+    p.add_argument("--part", choices=("prefetch", "stages", "sweep", "all"), default="all",
+                   help="prefetch: loads one or two blocks ahead; stages: gemv_stages.py's variants at M = 1 (both "
+                        "first under all); sweep: the rest")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spec = load_spec("specs/int4_matmul.toml")
@@ -246,6 +292,16 @@ def main() -> int:
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
 
+    out["prefetch"] = []
+    for n, k in PREFETCH_SHAPES if args.part in ("prefetch", "all") else ():
+        try:
+            rec = prefetch_shape(n, k)
+        except Exception:  # noqa: BLE001
+            rec = {"M": 1, "N": n, "K": k, "error": traceback.format_exc()[-1500:]}
+        out["prefetch"].append(rec)
+        save()
+    if args.part == "prefetch":
+        return 0
     out["stages"] = []
     for n, k in NKS if args.part in ("stages", "all") else ():
         try:
