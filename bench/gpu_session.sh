@@ -23,6 +23,8 @@
 #   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
 #             swept at M = 1 and 4 against bf16, the tile kernel and the floors; then bench/gpu_host_profile.py
 #             on int4's launchers
+#   launch    bench/gpu_launch_paths.py: each launcher's host time against Triton's JITFunction.run alone and a
+#             direct replay of its recorded launches (the floor a launch cache could reach)
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -181,6 +183,9 @@ case "$what" in
     # where the launchers' host time goes (the benchmark's host time says how much)
     timeout 90 python3 bench/gpu_host_profile.py --out "$OUT/host" --calls 200 --only int4-M1,int4-M16,int4_torch-M1 \
       2>&1 | tee "$OUT/host_profile.log" | head -60
+    ;;
+  launch)
+    timeout "${LAUNCH_TIMEOUT:-240}" python3 bench/gpu_launch_paths.py --out "$OUT" 2>&1 | tee "$OUT/launch_paths.log"
     ;;
   int4-check)
     start=$SECONDS
