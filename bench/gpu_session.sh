@@ -208,7 +208,8 @@ case "$what" in
       script=${probes[$probe]:-}
       if [ -z "$script" ]; then echo "== $probe: no such probe (known: ${!probes[*]})"; continue; fi
       start=$SECONDS
-      timeout "${PROBE_TIMEOUT:-120}" python3 "$script" --out "$OUT/probes" > "$OUT/$probe.log" 2>&1
+      # PROBE_ARGS: extra arguments for every probe run (fp8_probe's --promote 128,256, say)
+      timeout "${PROBE_TIMEOUT:-120}" python3 "$script" --out "$OUT/probes" ${PROBE_ARGS:-} > "$OUT/$probe.log" 2>&1
       echo "== $probe: exit $?, $((SECONDS - start)) s"; tail -n "${PROBE_TAIL:-30}" "$OUT/$probe.log"
     done
     if [ -n "${GEMM_KERNELS:-}" ]; then

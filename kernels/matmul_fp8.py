@@ -80,9 +80,17 @@ def _matmul_fp8_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
 
+def _prune(configs, named_args, **kwargs):
+    """kernels.matmul's pruning, and no block shallower than the promotion interval: Triton promotes within one
+    dot, so a BLOCK_K below the interval would accumulate the whole K in the instruction's accumulator."""
+    every = kwargs.get("IMPRECISE_ACC", named_args.get("IMPRECISE_ACC"))
+    deep = [c for c in configs if every is None or c.kwargs["BLOCK_K"] >= every]
+    return prune_configs(deep or list(configs), named_args, **kwargs)
+
+
 _matmul_fp8_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "IMPRECISE_ACC"],
-    prune_configs_by={"early_config_prune": prune_configs},
+    prune_configs_by={"early_config_prune": _prune},
 )(_matmul_fp8_kernel)
 _matmul_fp8_launch = CachedAutotune(_matmul_fp8_autotuned)
 
@@ -105,8 +113,15 @@ def _check(a, b, scale_a, scale_b, c) -> tuple[int, int]:
 
 
 def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, c: torch.Tensor,
-               fast_accum: bool = False) -> None:
-    """Triton FP8 GEMM ``c = (a @ b.T) * scale_a * scale_b.T``; a and b K-major (any row stride)."""
+               fast_accum: bool = False, promote_every: int | None = None) -> None:
+    """Triton FP8 GEMM ``c = (a @ b.T) * scale_a * scale_b.T``; a and b K-major (any row stride).
+
+    ``promote_every`` (a tuning experiment: reports/h200/experiments/fp8/fp8_probe.py --promote) replaces the
+    products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32."""
+    if promote_every is not None and (promote_every <= 0 or promote_every % 32):
+        raise ValueError(f"matmul_fp8: promote_every {promote_every} must be a positive multiple of 32")
+    if promote_every is not None and fast_accum:
+        raise ValueError("matmul_fp8: promote_every and fast_accum exclude each other")
     stride_sa, stride_sb = _check(a, b, scale_a, scale_b, c)
     if a.dtype not in _FP8 or b.dtype not in _FP8:
         raise ValueError(f"matmul_fp8: a and b must be float8 (e4m3 or e5m2), got {a.dtype} and {b.dtype}")
@@ -133,7 +148,8 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
         return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
     # None: Triton's default on sm_90, the whole K in the instruction's accumulator; a number: promoted every
     # that many products. The autotuner fills BLOCK_K, so the promotion interval is passed as one block.
-    _matmul_fp8_launch[grid](*args, RNE_BF16=False, IMPRECISE_ACC=None if fast_accum else _PROMOTE_EVERY)
+    every = None if fast_accum else promote_every or _PROMOTE_EVERY
+    _matmul_fp8_launch[grid](*args, RNE_BF16=False, IMPRECISE_ACC=every)
 
 
 # Products per promotion into the fp32 accumulator: one 64-deep wgmma chunk pair, no more than the smallest

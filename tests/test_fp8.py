@@ -104,3 +104,23 @@ def test_the_matrix_calls_a_target_below_the_backends_minimum_not_applicable():
     assert unclaimed_nvidia(("cpu", ">=sm_90"), targets) == ("sm_80",)  # FP8 tensor cores: not on sm_80
     assert unclaimed_nvidia(("cpu", ">=sm_80", "rocm"), targets) == ()
     assert unclaimed_nvidia(("cpu",), targets) == ()  # claims no NVIDIA target: compiled everywhere, as before
+
+
+def test_a_promotion_interval_keeps_only_blocks_at_least_that_deep():
+    """Triton promotes within one dot: a block shallower than the interval would never promote, so the autotuner
+    must not pick one (the experiment's promote_every=128 would silently be fast_accum)."""
+    from kernels import matmul_fp8 as f8
+
+    configs = [c.as_triton() for c in f8.CONFIGS]
+    t = torch.empty(64, dtype=torch.uint8)
+    named = {"M": 4096, "N": 4096, "K": 4096, "a_ptr": t, "b_ptr": t, "stride_ak": 1, "stride_bk": 1,
+             "stride_am": 4096, "stride_bn": 4096}
+    for every in (64, 128, 256):
+        kept = f8._prune(configs, named, IMPRECISE_ACC=every)
+        assert kept and all(c.kwargs["BLOCK_K"] >= every for c in kept)
+    assert {c.kwargs["BLOCK_K"] for c in f8._prune(configs, named, IMPRECISE_ACC=None)} == {64, 128, 256}
+    a = torch.zeros(1, 32, dtype=torch.float8_e4m3fn)
+    one = torch.ones(1, 1)
+    for bad in (0, 48, -32):
+        with pytest.raises(ValueError, match="multiple of 32"):
+            f8.matmul_fp8(a=a, b=a, scale_a=one, scale_b=one, c=torch.empty(1, 1), promote_every=bad)

@@ -5,6 +5,9 @@ For kernels.matmul_fp8 with promoted (default) and fast accumulation, and torch.
 use_fast_accum: the largest error against the fp32 dequantised reference, in units of the spec's absolute bound
 (1e-5 + 1e-6 K) and relative to the output's norm, at growing K; then median times (the harness's engine:
 L2 flushed, CUDA events) at the spec's bench shapes. Writes DIR/fp8_probe.json; every number printed is measured.
+
+``--promote 128,256`` adds the kernel with that many products per promotion into fp32 (``promote_every``; the
+shipped interval is 64) to both: what a less frequent promotion costs in error and wins in time.
 """
 
 from __future__ import annotations
@@ -44,9 +47,14 @@ def scaled_mm(a, b, sa, sb, fast):
     return torch._scaled_mm(a, b.t(), scale_a=sa_, scale_b=sb_, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
 
+PROMOTE: tuple[int, ...] = ()  # --promote
+
+
 def providers(a, b, sa, sb):
     c = torch.empty(a.shape[0], b.shape[0], device="cuda", dtype=torch.bfloat16)
-    return {
+    promoted = {f"triton_promote{n}": (lambda n=n: matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c,
+                                                              promote_every=n) or c) for n in PROMOTE}
+    return {**promoted,
         "triton": lambda: matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c) or c,
         "triton_fast_accum": lambda: matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c, fast_accum=True) or c,
         "scaled_mm": lambda: scaled_mm(a, b, sa, sb, False),
@@ -112,7 +120,10 @@ def timing(out: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--promote", default="", help="promotion intervals to add, e.g. 128,256")
     args = p.parse_args()
+    global PROMOTE
+    PROMOTE = tuple(int(x) for x in args.promote.split(",") if x)
     args.out.mkdir(parents=True, exist_ok=True)
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "accuracy": {}, "timing": {}}
     t0 = time.monotonic()
