@@ -38,10 +38,10 @@ import triton.language as tl
 
 from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.int4_dequant import word_values
+from kernels.splitk import SPLIT_MAX, scratch
 
 GROUP_WORDS = 16  # a quantisation group of 128 values of k is 16 words
-SPLIT_MAX = 16  # the most K ranges one launch splits into (the reduction's tile height)
-_SPLIT_TILE = tl.constexpr(SPLIT_MAX)
+_SPLIT_TILE = tl.constexpr(SPLIT_MAX)  # the reduction's tile height
 GEMV_MAX_M = 4  # rows of a it takes: each is one more multiply-add per weight (the tile kernel takes more)
 
 
@@ -228,22 +228,6 @@ def _int4_gemv_kernel(
                 tl.store(c_ptr + r * stride_cm + offs_n * stride_cn, total.to(c_ptr.dtype.element_ty),
                          mask=(offs_n < N) & (offs_n * 0 + r < M))  # fmt: skip
             tl.atomic_xchg(cnt_ptr + pid_n, 0)  # the next launch draws from 0 again
-
-
-# Per (device, stream): the fp32 partials and the per-tile counters (zeroed once; each launch leaves them zero).
-_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
-    ws, cnt = _SCRATCH.get(key, (None, None))
-    if ws is None or ws.numel() < partials:
-        ws = torch.empty(max(partials, 1 << 16), dtype=torch.float32, device=device)
-    if cnt is None or cnt.numel() < tiles:
-        cnt = torch.zeros(max(tiles, 1 << 10), dtype=torch.int32, device=device)
-    _SCRATCH[key] = (ws, cnt)
-    return ws, cnt
 
 
 # The autotuner's candidates on a GPU: eight words a thread in one-group blocks, with every split of K the pruning

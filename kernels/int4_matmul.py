@@ -38,8 +38,8 @@ runs as on a GPU), so a CPU run checks the rest of the word path (pairing, a's s
 Decode (M <= 16) is bound by the weight's bytes; int4 reads 4x fewer than bf16. Tiles of 16 rows, many programs
 along N and, where N gives too few programs to fill the GPU, a split of K (``_split_k``): each split writes its
 fp32 partial tile to a workspace and takes a ticket from the tile's counter; the program drawing the last one
-sums the splits in split order and rounds once into c, in the same launch (kernels/int4_gemv.py, which does the
-same, says more). No floating-point atomics: the result is deterministic, whichever split finishes first. One
+sums the splits in split order and rounds once into c, in the same launch (kernels/splitk.py says more). No
+floating-point atomics: the result is deterministic, whichever split finishes first. One
 row of a with a word-readable w goes to that GEMV instead.
 
 Measured on an H200 (reports/h200/experiments/int4/int4_probe.py, triton 3.6, bf16, against F.linear on the resident
@@ -68,9 +68,9 @@ from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this 
     prune_configs,
 )
 from kernels.int4_dequant import word_values
-from kernels.int4_gemv import SPLIT_MAX, int4_gemv
-from kernels.int4_gemv import scratch as gemv_scratch
+from kernels.int4_gemv import int4_gemv
 from kernels.matmul import grouped_tile
+from kernels.splitk import SPLIT_MAX, scratch, split_k_total
 
 
 @triton.jit
@@ -219,20 +219,14 @@ def _int4_matmul_kernel(
     mn_ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mn_ok)
     if SPLIT_TILES > 0:
-        tl.debug_barrier()  # every thread's partial written before the ticket releases them
-        ticket = tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT - 1:
-            tl.debug_barrier()
-            part_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for i in tl.static_range(SPLIT_TILES):
-                total += tl.load(part_ptrs + i * stride_os, mask=mn_ok & (offs_n * 0 + i < SPLIT)[None, :], other=0.0,
-                                 cache_modifier=".cg")
+        part_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
+        last, total = split_k_total(part_ptrs, stride_os, mn_ok, cnt_ptr, pid, SPLIT, SPLIT_TILES)
+        if last:
             if RNE_BF16:
                 total = round_to_bf16(total)
             c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
             tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mn_ok)
-            tl.atomic_xchg(cnt_ptr + pid, 0)  # the next launch draws from 0 again
+
 
 _int4_matmul_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS],
@@ -334,8 +328,8 @@ def int4_matmul(
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
     ku_per_split = cdiv(cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
     split = cdiv(k // unit, ku_per_split)
-    if split > 1:  # fp32 partials [split, M, N] and a counter per tile (int4_gemv's, per device and stream)
-        ws, counters = gemv_scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
+    if split > 1:  # fp32 partials [split, M, N] and a counter per tile (kernels/splitk.py's, per device and stream)
+        ws, counters = scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
         out = ws[: split * m * n].view(split, m, n)
     else:
         out, counters = c, c
