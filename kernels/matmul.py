@@ -4,6 +4,10 @@
 SGLang keep their weights), bias ``[N]`` and c ``[M, N]``; fp16/bf16 inputs, fp32 accumulation, one rounding
 to c's dtype at the end. The epilogue is a code (:data:`EPILOGUES`): 0 none (bias ignored), 1 bias,
 2 bias + relu, 3 bias + gelu (tanh approximation), 4 bias + silu. Any strides on every tensor.
+
+Few output tiles over a long K (M of 64 to 256, K from 8192: :func:`splits_k`) are also offered split-K configs:
+the splits' fp32 partials are summed in the same launch, in split order, and the epilogue applied once to the sum
+(kernels/splitk.py). The autotuner times them beside the unsplit tiles. Not yet timed on a GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from kernels.common import (
     round_to_bf16,
     sm_count,
 )
+from kernels.splitk import scratch, split_k_total, unused
 
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
 # Programs that share a band of a's rows walk b's columns together, so a band stays in L2 while it is used.
@@ -43,14 +48,17 @@ class MatmulConfig:
     group_m: int
     num_warps: int
     num_stages: int
+    split_k: int = 1  # K ranges summed in the same launch (kernels/splitk.py); 1: none
 
     def shared_bytes(self, itemsize: int = 2) -> int:
         """Shared memory the software pipeline holds: one a and one b tile per stage."""
         return self.num_stages * (self.block_m + self.block_n) * self.block_k * itemsize
 
     def as_triton(self) -> triton.Config:
+        split = {"SPLIT_K": self.split_k} if self.split_k != 1 else {}  # only _matmul_kernel has SPLIT_K
         return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
-                              "GROUP_M": self.group_m}, num_warps=self.num_warps, num_stages=self.num_stages)
+                              "GROUP_M": self.group_m, **split}, num_warps=self.num_warps,
+                             num_stages=self.num_stages)  # fmt: skip
 
     @classmethod
     def interpreted(cls, m: int, n: int, k: int) -> MatmulConfig:
@@ -78,6 +86,26 @@ CONFIGS = (
     MatmulConfig(16, 32, 256, _GROUP_M, 4, 4),
 )
 
+# Split-K, for few output tiles over a long K: at M = 128, N = 4096, K = 14336 the 32-64 tiles leave most of 132
+# SMs idle (0.80x cuBLAS); splitting K 4 ways reached 0.92x in reports/h200/experiments/matmul_tma/ (a swap-AB
+# kernel), while at M = 16 and at N = 14336 no split helped. So the autotuner is offered these splits only where M
+# is 64 to 256, K at least 8192 and the fp32 workspace, splits x M x N, at most 32 MiB; it keeps the unsplit tiles
+# too and times both.
+_SPLITS = (2, 4)
+_SPLIT_M = (64, 256)
+_SPLIT_MIN_K = 8192
+_SPLIT_MAX_MN = 1 << 21
+# The split's tiles: 64-128 rows, at most 64 accumulator elements a thread (the last split's sum holds a second
+# tile beside it: with 128 a thread, 128 x 128 on 4 warps and 128 x 256 on 8 spilled in `harness matrix`).
+SPLIT_CONFIGS = tuple(MatmulConfig(c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, split)
+                      for c in CONFIGS if 64 <= c.block_m <= 128 and c.block_m * c.block_n <= 64 * 32 * c.num_warps
+                      for split in _SPLITS)
+
+
+def splits_k(m: int, n: int, k: int) -> bool:
+    """Whether a launch of this shape is offered split-K configs."""
+    return _SPLIT_M[0] <= m <= _SPLIT_M[1] and k >= _SPLIT_MIN_K and m * n <= _SPLIT_MAX_MN
+
 
 # Operand and accumulator elements per thread above which a tile spills when its loads are not pipelined.
 # Triton pipelines loads through shared memory (cp.async) only when it can prove them 16-byte aligned; an
@@ -103,11 +131,14 @@ def _aligned(named_args) -> bool:
 
 
 def prune_configs(configs, named_args, **kwargs):
-    """Tiles no taller than M needs (decode keeps its 16-64-row tiles), no short tiles for large M, and for an
-    unaligned launch only tiles that fit in registers without the pipeline."""
+    """Tiles no taller than M needs (decode keeps its 16-64-row tiles), no short tiles for large M, split-K only
+    where :func:`splits_k` offers it, and for an unaligned launch only tiles that fit in registers without the
+    pipeline."""
     m = named_args["M"]
     tall = next_power_of_2(max(m, 16))
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= tall and (m < 1024 or c.kwargs["BLOCK_M"] >= 64)]
+    split_ok = splits_k(m, named_args["N"], named_args["K"])
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= tall and (m < 1024 or c.kwargs["BLOCK_M"] >= 64)
+            and (split_ok or c.kwargs.get("SPLIT_K", 1) == 1)]
     if not _aligned(named_args):
         kept = [c for c in (kept or configs) if _elements_per_thread(c) <= _UNPIPELINED_ELEMENTS]
     return kept or list(configs)
@@ -150,25 +181,35 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 @triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+    a_ptr, b_ptr, bias_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_bias, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE: tl.constexpr, RNE_BF16: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    EPILOGUE: tl.constexpr, RNE_BF16: tl.constexpr, UPCAST_DOT: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):  # fmt: skip
+    """One output tile over K, or with SPLIT_K > 1 over program_id(1)'s range of K (whole blocks; ``split`` of
+    them once rounded, as the launcher's grid counts them): its fp32 partial goes to the workspace
+    ``ws [split, M, N]`` and the tile's last split sums them, then applies the epilogue (kernels/splitk.py)."""
     pid = tl.program_id(0)
     pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    if SPLIT_K == 1:
+        k_lo = 0
+        k_hi = K
+    else:
+        k_per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        k_lo = tl.program_id(1) * k_per
+        k_hi = min(K, k_lo + k_per)
     # rows and columns past the edge load a valid row/column again (stores are masked): no mask on M or N in
     # the main loop. int64 row offsets: a row stride times M passes 2**31 for large padded operands.
     rm = (offs_m % M).to(tl.int64)
     rn = (offs_n % N).to(tl.int64)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + rn[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    a_ptrs = a_ptr + rm[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + rn[None, :] * stride_bn + (k_lo + offs_k)[:, None] * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K  # the last block may be partial: masked loads give it zeros
+    for k in range(k_lo, k_hi, BLOCK_K):
+        k_left = k_hi - k  # the last block may be partial: masked loads give it zeros
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if UPCAST_DOT:  # the interpreter's dot reads bf16 as raw bits; in fp32 the products are the same, exact
@@ -178,15 +219,23 @@ def _matmul_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     n_ok = offs_n < N
-    acc = fused_epilogue(acc, bias_ptr, offs_n, n_ok, stride_bias, EPILOGUE)
-    if RNE_BF16:
-        acc = round_to_bf16(acc)
-    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+    mn_ok = (offs_m < M)[:, None] & n_ok[None, :]
+    if SPLIT_K > 1:
+        part_ptrs = ws_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(part_ptrs + tl.program_id(1).to(tl.int64) * M * N, acc, mask=mn_ok)
+        last, acc = split_k_total(part_ptrs, M * N, mn_ok, cnt_ptr, pid, tl.cdiv(K, k_per), SPLIT_K, False)
+    else:
+        last = True
+    if last:
+        acc = fused_epilogue(acc, bias_ptr, offs_n, n_ok, stride_bias, EPILOGUE)
+        if RNE_BF16:
+            acc = round_to_bf16(acc)
+        c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mn_ok)
 
 
 _matmul_autotuned = triton.autotune(
-    configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K"],
+    configs=[c.as_triton() for c in CONFIGS + SPLIT_CONFIGS], key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_matmul_kernel)
 _matmul_launch = CachedAutotune(_matmul_autotuned)
@@ -216,19 +265,35 @@ def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Ten
     n = b.shape[0]
     if m == 0 or n == 0:
         return
-    args = (a, b, bias, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0),
+    split_ok = splits_k(m, n, k)
+    interp = interpreted(a)
+    if split_ok or interp:  # under the interpreter a split of 2 where K has two blocks, so CPU runs check it
+        ws, cnt = scratch(a.device, max(_SPLITS) * m * n, cdiv(m, 16) * cdiv(n, 16))
+    else:
+        ws, cnt = unused(a.device)
+    args = (a, b, bias, c, ws, cnt, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0),
             c.stride(0), c.stride(1))
-    if interpreted(a):  # one large tile, no autotuning (it would time nothing)
+    if interp:  # one large tile, no autotuning (it would time nothing)
         cfg = MatmulConfig.interpreted(m, n, k)
-        grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
+        split = 2 if m <= _SPLIT_M[1] and k > cfg.block_k else 1
+        grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), _splits(k, cfg.block_k, split))
         _matmul_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                              GROUP_M=cfg.group_m, EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
-                             UPCAST_DOT=a.dtype == torch.bfloat16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                             UPCAST_DOT=a.dtype == torch.bfloat16, SPLIT_K=split, num_warps=cfg.num_warps,
+                             num_stages=cfg.num_stages)  # fmt: skip
         return
 
     def grid(meta):
-        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+        tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
+        return (tiles, _splits(k, meta["BLOCK_K"], meta.get("SPLIT_K", 1)))
     _matmul_launch[grid](*args, EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
+
+
+def _splits(k: int, block_k: int, split_k: int) -> int:
+    """K ranges a launch of ``split_k`` makes once each is rounded to whole blocks (as the kernel counts them)."""
+    if split_k == 1 or k == 0:
+        return 1
+    return cdiv(k, cdiv(cdiv(k, block_k), split_k) * block_k)
 
 
 def _activation(z: torch.Tensor, code: int) -> torch.Tensor:

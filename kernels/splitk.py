@@ -36,20 +36,42 @@ def scratch(device: torch.device, partials: int, tiles: int) -> tuple[torch.Tens
     return ws, cnt
 
 
+_UNUSED: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def unused(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A workspace and counters for a launch that does not split: of the same dtypes as ``scratch``'s (so it is
+    the same specialisation), never touched, and without ``scratch``'s per-call stream lookup."""
+    pair = _UNUSED.get(device)
+    if pair is None:
+        pair = _UNUSED[device] = (torch.empty(1, dtype=torch.float32, device=device),
+                                  torch.zeros(1, dtype=torch.int32, device=device))  # fmt: skip
+    return pair
+
+
 @triton.jit
-def split_k_total(part_ptrs, stride_split, mask, cnt_ptr, tile, split, SPLIT_TILES: tl.constexpr):
+def split_k_total(part_ptrs, stride_split, mask, cnt_ptr, tile, split, SPLIT_TILES: tl.constexpr,
+                  IN_FLIGHT: tl.constexpr = True):  # fmt: skip
     """Called by every split of a tile once its fp32 partial is stored at ``part_ptrs + pid_k * stride_split``:
     (whether this program drew the tile's last ticket, and then the sum of the ``split`` partials in split order).
-    The last program also resets the tile's counter; the caller finishes the tile where ``last`` holds."""
+    The last program also resets the tile's counter; the caller finishes the tile where ``last`` holds.
+
+    IN_FLIGHT unrolls the sum over SPLIT_TILES (the bound on ``split``) so every load is in flight at once: for
+    small tiles. Large tiles load one partial at a time (the unrolled loads of a 128 x 128 tile spilled)."""
     tl.debug_barrier()  # every thread's partial written before the ticket releases them
     ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
     last = ticket == split - 1
     total = tl.zeros(part_ptrs.shape, dtype=tl.float32)
     if last:
         tl.debug_barrier()
-        for i in tl.static_range(SPLIT_TILES):
-            # (a runtime-shaped comparison: the interpreter rejects a constexpr-only mask)
-            in_range = (tl.zeros(part_ptrs.shape, dtype=tl.int32) + i) < split
-            total += tl.load(part_ptrs + i * stride_split, mask=mask & in_range, other=0.0, cache_modifier=".cg")
+        if IN_FLIGHT:
+            for i in tl.static_range(SPLIT_TILES):
+                # (a runtime-shaped comparison: the interpreter rejects a constexpr-only mask)
+                in_range = (tl.zeros(part_ptrs.shape, dtype=tl.int32) + i) < split
+                total += tl.load(part_ptrs + i * stride_split, mask=mask & in_range, other=0.0,
+                                 cache_modifier=".cg")  # fmt: skip
+        else:
+            for i in range(0, split):
+                total += tl.load(part_ptrs + i * stride_split, mask=mask, other=0.0, cache_modifier=".cg")
         tl.atomic_xchg(cnt_ptr + tile, 0)  # the next launch draws from 0 again
     return last, total
