@@ -11,6 +11,7 @@ import triton.language as tl
 
 from kernels.common import needs_bf16_rounding, round_to_bf16
 from kernels.matmul import MatmulConfig, _matmul_kernel, epilogue_code, fused_epilogue, matmul, matmul_ref
+from kernels.splitk import unused
 
 __all__ = ["matmul", "matmul_ref", "matmul_drops_k_tail", "matmul_16bit_accumulator"]
 
@@ -23,7 +24,8 @@ def matmul_drops_k_tail(*, a, b, bias, c, epilogue) -> None:
         return
     cfg = MatmulConfig.interpreted(m, n, k)
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    _matmul_kernel[grid](a, b, bias, c, m, n, k // cfg.block_k * cfg.block_k, a.stride(0), a.stride(1),
+    ws, cnt = unused(a.device)  # unsplit: the split-K workspace is never touched
+    _matmul_kernel[grid](a, b, bias, c, ws, cnt, m, n, k // cfg.block_k * cfg.block_k, a.stride(0), a.stride(1),
                          b.stride(0), b.stride(1), bias.stride(0), c.stride(0), c.stride(1),
                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=1,
                          EPILOGUE=epilogue_code(epilogue), RNE_BF16=needs_bf16_rounding(c),
