@@ -1,0 +1,174 @@
+"""A Triton launch sent straight to the compiled kernel's launcher once the same arguments have launched before.
+
+Each call through ``JITFunction.run`` binds every argument, specialises it, hashes the specialisation, looks the
+kernel up, calls the grid, builds launch metadata and walks Triton's (usually empty) launch hook chains. For a
+decode-sized kernel that is most of the host time per call: an eager caller waits on it, and a 16-argument
+GEMV lost to ``F.linear`` on host time alone (bench/gpu_host_profile.py). A CUDA launch of torch's costs a few
+microseconds; Triton's launcher object itself, given its argument list, costs about that too.
+
+``FastLaunch(kernel)`` stands where ``kernel`` did (``launch[grid](*args, **kwargs)``). The first call with a
+given key goes through ``kernel`` as before while the backend's launcher class is watched; if that call made
+exactly one launch, and the launch's argument list is the caller's positional arguments in place followed by
+values fixed by the key, the launch is kept. Later calls with the same key rebuild nothing: the launcher is called
+with the kept prefix (grid, stream, function, metadata) and the caller's arguments.
+
+The key is at least as fine as Triton's specialisation, so a kept launch is the kernel Triton would pick:
+each tensor's dtype and whether its address is 16-byte aligned (all Triton specialises a pointer on), every other
+positional argument's exact value and type (Triton looks at ints' value 1, divisibility by 16 and range; floats,
+bools and None by type), every keyword argument's exact value (constexprs, num_warps...), the grid when it is a
+tuple, and the current device and stream. A callable grid is called by Triton with the arguments only, so it is
+kept with them; a grid that reads anything else must be passed as a tuple.
+
+Not kept, so launched through ``kernel`` every time: tensors not on a GPU (the interpreter, meta tensors under
+`harness matrix`), any other argument type (tensor descriptors, tuples), a tensor passed by keyword, a call
+that made no launch or several (an autotuner's benchmarking), a kernel with pre-run hooks, and every call while
+a launch hook is registered (a profiler such as proton sees every launch as Triton makes it). The cache holds
+at most ``capacity`` keys per kernel; past that, new keys launch through ``kernel``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["FastLaunch", "recorded_launches"]
+
+_EXACT = (int, float, bool, str, type(None))
+_PREFIX = 9  # gridX, gridY, gridZ, stream, function, packed metadata, launch metadata, enter hook, exit hook
+
+
+def recorded_launches(fn: Callable[[], Any]) -> list[tuple[Any, tuple]]:
+    """(launcher, its arguments) of every Triton launch one call of ``fn`` makes: the backend's launcher object
+    (a compiled kernel's ``run``) with exactly what Triton passed it."""
+    from triton.runtime import driver
+
+    return _watched(driver.active.launcher_cls, fn)
+
+
+def _watched(cls: type, fn: Callable[[], Any]) -> list[tuple[Any, tuple]]:
+    seen, original = [], cls.__call__
+
+    def watched(self, *args):
+        seen.append((self, args))
+        return original(self, *args)
+
+    cls.__call__ = watched
+    try:
+        fn()
+    finally:
+        cls.__call__ = original
+    return seen
+
+
+class FastLaunch:
+    """``kernel`` (a JITFunction, or an autotuned launch object called the same way), replayed through its
+    launcher for keys it has launched before."""
+
+    def __init__(self, kernel, capacity: int = 512) -> None:
+        self.kernel = kernel
+        self.capacity = capacity
+        self._kept: dict[tuple, tuple] = {}  # key -> (launcher, prefix, arguments after the caller's)
+        self._refused: set[tuple] = set()    # keys whose first launch could not be kept
+        self._backend = None                 # (current device, current stream, launcher class, runtime knobs)
+
+    def __getitem__(self, grid):
+        return functools.partial(self._launch, grid)
+
+    def _launch(self, grid, *args, **kwargs):
+        if self._kept:  # never on the CPU: nothing is kept there, so no GPU driver is asked for a stream
+            key = self._key(grid, args, kwargs)
+            if key is not None:
+                try:
+                    kept = self._kept.get(key)
+                except TypeError:  # an unhashable keyword value
+                    kept = None
+                if kept is not None:
+                    launcher, prefix, tail = kept
+                    launcher(*prefix, *args, *tail)
+                    return
+        if self._keyable(args, kwargs) and len(self._kept) < self.capacity:
+            key = self._key(grid, args, kwargs)
+            if key is not None and key not in self._refused and key not in self._kept:
+                self._keep(key, grid, args, kwargs)
+                return
+        self.kernel[grid](*args, **kwargs)
+
+    # --------------------------------------------------------------------------------------------- the key
+
+    @staticmethod
+    def _on_device(t: torch.Tensor) -> bool:
+        return t.is_cuda  # ROCm's tensors too; CPU (the interpreter) and meta tensors never launch a kernel
+
+    def _keyable(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a call's key holds all Triton would specialise on (see the module's docstring). Asked only
+        before keeping a launch: a key of anything else never equals a kept one (its parts differ in kind)."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors or not all(self._on_device(t) for t in tensors):
+            return False  # no tensor on a device: nothing says a GPU is there to ask for its stream
+        if any(type(a) not in _EXACT or a != a for a in args if not isinstance(a, torch.Tensor)):
+            return False  # a NaN would never find its own key; other types Triton may flatten or unpack
+        if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return False
+        try:
+            hash(tuple(kwargs.items()))
+        except TypeError:
+            return False
+        return True
+
+    def _key(self, grid, args: tuple, kwargs: dict) -> tuple | None:
+        """None while a launch hook is set: every launch then goes through Triton, for the hook to see."""
+        device_of, stream_of, _, runtime = self._backend or self._resolve()
+        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if (enter is not None and getattr(enter, "calls", True)) or \
+                (leave is not None and getattr(leave, "calls", True)):
+            return None  # (None, or from Triton 3.5 an empty HookChain, does nothing)
+        # the type beside each value: True == 1 == 1.0 as keys, not as kernel arguments
+        parts = tuple([(a.dtype, a.data_ptr() & 15 == 0, self._on_device(a)) if isinstance(a, torch.Tensor)
+                       else (type(a), a) for a in args])
+        device = device_of()
+        return device, stream_of(device), None if callable(grid) else grid, parts, tuple(kwargs.items())
+
+    def _resolve(self):
+        from triton import knobs
+        from triton.runtime import driver
+
+        active = driver.active
+        self._backend = (active.get_current_device, active.get_current_stream, active.launcher_cls, knobs.runtime)
+        return self._backend
+
+    # ------------------------------------------------------------------------------------- keeping a launch
+
+    def _keep(self, key: tuple, grid, args: tuple, kwargs: dict) -> None:
+        if getattr(self.kernel, "pre_run_hooks", None):
+            self._refused.add(key)
+            self.kernel[grid](*args, **kwargs)
+            return
+        _, _, launcher_cls, runtime = self._backend
+        launches = _watched(launcher_cls, lambda: self.kernel[grid](*args, **kwargs))
+        kept = self._replayable(launches, key, args, runtime)
+        if kept is None:
+            self._refused.add(key)
+        else:
+            self._kept[key] = kept
+
+    @staticmethod
+    def _replayable(launches, key: tuple, args: tuple, runtime) -> tuple | None:
+        """(launcher, prefix, tail) when the one launch made is the caller's arguments in place, else None."""
+        if len(launches) != 1:
+            return None
+        launcher, passed = launches[0]
+        prefix, rest = passed[:_PREFIX], passed[_PREFIX:]
+        _, stream, grid = key[0], key[1], key[2]
+        if len(prefix) != _PREFIX or len(rest) < len(args) or prefix[3] != stream:
+            return None
+        if grid is not None and tuple(prefix[:3]) != (tuple(grid) + (1, 1))[:3]:
+            return None
+        if prefix[7] is not runtime.launch_enter_hook or prefix[8] is not runtime.launch_exit_hook:
+            return None
+        if any(r is not a for r, a in zip(rest, args, strict=False)):
+            return None
+        # no hook is set (the key says so): the launcher skips them and their metadata when given None
+        return launcher, (*prefix[:6], None, None, None), tuple(rest[len(args):])

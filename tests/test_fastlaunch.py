@@ -1,0 +1,214 @@
+"""kernels/fastlaunch.py: a launch is replayed only for a key that launched before, and only as Triton made it.
+
+Off the GPU, a stand-in kernel passes its launcher what Triton's JITFunction.run passes (grid, stream, function,
+metadata, hooks, then every parameter with defaults filled in); the GPU test at the end replays real kernels and
+compares bits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.fastlaunch import FastLaunch
+
+
+class HookChain:  # as Triton 3.5+'s knobs: a chain that is never None, empty unless a profiler adds to it
+    def __init__(self):
+        self.calls = []
+
+
+class Runtime:
+    def __init__(self):
+        self.launch_enter_hook, self.launch_exit_hook = HookChain(), HookChain()
+
+
+class Knobs:
+    def __init__(self):
+        self.runtime = Runtime()
+
+
+class Launcher:
+    calls: list = []
+
+    def __call__(self, *args):
+        Launcher.calls.append(args)
+
+
+class StandIn:
+    """A kernel with parameters (x, y, n, BLOCK=64): what JITFunction.run does, minus compiling."""
+
+    def __init__(self, knobs, launches_per_call=1, copies_args=False):
+        self.knobs, self.launcher, self.through_kernel = knobs, Launcher(), 0
+        self.launches_per_call, self.copies_args, self.pre_run_hooks = launches_per_call, copies_args, []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.through_kernel += 1
+            g = grid(dict(zip(("x", "y", "n"), args, strict=False))) if callable(grid) else grid
+            g = (*g, 1, 1)[:3]
+            bound = [a.clone() if self.copies_args and isinstance(a, torch.Tensor) else a for a in args]
+            bound.append(kwargs.get("BLOCK", 64))
+            rt = self.knobs.runtime
+            for _ in range(self.launches_per_call):
+                self.launcher(*g, 7, "function", "packed", {"lazy": "metadata"}, rt.launch_enter_hook,
+                              rt.launch_exit_hook, *bound)
+
+        return run
+
+
+class Watched(FastLaunch):
+    """FastLaunch with CPU tensors standing in for device tensors and a stand-in backend."""
+
+    def __init__(self, kernel, **kw):
+        super().__init__(kernel, **kw)
+        self._backend = (lambda: 0, lambda device: 7, Launcher, kernel.knobs.runtime)
+
+    @staticmethod
+    def _on_device(t):
+        return True
+
+
+@pytest.fixture
+def kernel():
+    Launcher.calls = []
+    return StandIn(Knobs())
+
+
+def test_a_second_call_is_replayed_with_the_new_tensors(kernel):
+    launch = Watched(kernel)
+    x, y = torch.zeros(8), torch.ones(8)
+    launch[(4,)](x, y, 8, BLOCK=32)
+    assert kernel.through_kernel == 1 and len(Launcher.calls) == 1
+    first = Launcher.calls[0]
+    assert first[:3] == (4, 1, 1) and first[3] == 7 and first[-1] == 32
+    x2, y2 = torch.zeros(8), torch.ones(8)
+    launch[(4,)](x2, y2, 8, BLOCK=32)
+    assert kernel.through_kernel == 1, "the second call went through the kernel again"
+    replay = Launcher.calls[1]
+    assert replay[:6] == first[:6] and replay[6:9] == (None, None, None)  # no hook set: none passed
+    assert replay[9] is x2 and replay[10] is y2 and replay[11:] == (8, 32)
+
+
+@pytest.mark.parametrize("change", ["dtype", "alignment", "int", "bool_for_int", "keyword", "grid", "stream"])
+def test_anything_triton_specialises_on_makes_a_new_key(kernel, change):
+    launch = Watched(kernel)
+    x, y = torch.zeros(16), torch.zeros(16)
+    launch[(4,)](x, y, 1, BLOCK=32)
+    args, kwargs, grid = [x, y, 1], {"BLOCK": 32}, (4,)
+    if change == "dtype":
+        args[0] = x.half()
+    elif change == "alignment":
+        args[0] = x[1:]  # 4 bytes past a 16-byte boundary
+    elif change == "int":
+        args[2] = 16
+    elif change == "bool_for_int":
+        args[2] = True  # equal to 1 as a key, not to Triton
+    elif change == "keyword":
+        kwargs["BLOCK"] = 64
+    elif change == "grid":
+        grid = (5,)
+    elif change == "stream":
+        launch._backend = (lambda: 0, lambda device: 8, Launcher, kernel.knobs.runtime)
+    launch[grid](*args, **kwargs)
+    assert kernel.through_kernel == 2
+
+
+def test_a_callable_grid_is_kept_with_the_arguments(kernel):
+    launch = Watched(kernel)
+    grid = lambda meta: (meta["n"] // 4,)  # noqa: E731
+    launch[grid](torch.zeros(8), torch.zeros(8), 8)
+    launch[grid](torch.zeros(8), torch.zeros(8), 8)
+    launch[grid](torch.zeros(8), torch.zeros(8), 12)
+    assert kernel.through_kernel == 2
+    assert [c[0] for c in Launcher.calls] == [2, 2, 3]
+
+
+@pytest.mark.parametrize("why", ["two_launches", "arguments_copied", "pre_run_hook"])
+def test_a_launch_not_made_from_the_callers_arguments_is_never_kept(why):
+    Launcher.calls = []
+    kernel = StandIn(Knobs(), launches_per_call=2 if why == "two_launches" else 1,
+                     copies_args=why == "arguments_copied")
+    if why == "pre_run_hook":
+        kernel.pre_run_hooks.append(lambda *a, **k: None)
+    launch = Watched(kernel)
+    for _ in range(3):
+        launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    assert kernel.through_kernel == 3
+
+
+def test_a_registered_launch_hook_sees_every_launch_made_by_triton(kernel):
+    launch = Watched(kernel)
+    launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    kernel.knobs.runtime.launch_enter_hook.calls.append(print)  # a profiler starts
+    launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    assert kernel.through_kernel == 3
+    kernel.knobs.runtime.launch_enter_hook.calls.clear()
+    launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    assert kernel.through_kernel == 3  # replayed again once it stops
+
+
+@pytest.mark.parametrize("args", [
+    (torch.zeros(4), torch.zeros(4), float("nan")),   # a NaN never equals its own key
+    (torch.zeros(4), (1, 2), 4),                       # a tuple: Triton flattens it
+    (torch.zeros(4), object(), 4),                     # a tensor descriptor, say
+    (1, 2, 3),                                         # no tensor: nothing says a GPU is there
+])
+def test_arguments_outside_the_key_always_launch_through_the_kernel(kernel, args):
+    launch = Watched(kernel)
+    for _ in range(2):
+        launch[(1,)](*args)
+    assert kernel.through_kernel == 2
+
+
+def test_a_tensor_by_keyword_or_an_unhashable_keyword_is_not_kept(kernel):
+    launch = Watched(kernel)
+    for _ in range(2):
+        launch[(1,)](torch.zeros(4), torch.zeros(4), 4, BLOCK=torch.ones(1))
+        launch[(1,)](torch.zeros(4), torch.zeros(4), 4, BLOCK=[64])
+    assert kernel.through_kernel == 4
+
+
+def test_at_capacity_new_keys_launch_through_the_kernel(kernel):
+    launch = Watched(kernel, capacity=2)
+    for n in (1, 2, 3, 1, 2, 3):
+        launch[(1,)](torch.zeros(4), torch.zeros(4), n)
+    assert kernel.through_kernel == 4  # 1 and 2 kept; 3 every time
+
+
+def test_cpu_tensors_launch_through_the_kernel_without_asking_for_a_gpu():
+    """The interpreter's tensors are on the CPU: no key, and Triton's driver is never looked up."""
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append(grid)
+
+    launch = FastLaunch(Kernel())
+    launch[(2,)](torch.zeros(4), 3)
+    launch[(2,)](torch.zeros(4, device="meta"), 3)
+    assert calls == [(2,), (2,)] and launch._backend is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replays a compiled kernel: needs a GPU")
+def test_replays_on_the_gpu_are_bitwise_those_of_triton():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def axpy(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(out_ptr + offs, a * tl.load(x_ptr + offs, mask=ok) + tl.load(y_ptr + offs, mask=ok), mask=ok)
+
+    launch = FastLaunch(axpy)
+    for n in (1000, 4096, 1000):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        got, want = torch.empty_like(x), torch.empty_like(x)
+        launch[(triton.cdiv(n, 256),)](x, y, got, 0.5, n, BLOCK=256)
+        launch[(triton.cdiv(n, 256),)](x, y, got, 0.5, n, BLOCK=256)
+        axpy[(triton.cdiv(n, 256),)](x, y, want, 0.5, n, BLOCK=256)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+    assert len(launch._kept) == 2 and not launch._refused
