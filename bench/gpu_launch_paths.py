@@ -5,16 +5,18 @@ and how much the launch itself: the floor a cached launch path could reach.
 Per case (built from its spec as the benchmark builds it: bench/gpu_timing_compute.py's ``build``), one call is
 made with the backend's launcher class watched (``driver.active.launcher_cls``, what a compiled kernel's ``run``
 is): each launch's grid, stream, function, metadata and arguments, as Triton passed them. Host time per call
-(the GPU kept busy behind a spin, as bench/gpu_host_profile.py measures it) is then taken three ways:
+(the GPU kept busy behind a spin, as bench/gpu_host_profile.py measures it) is then taken four ways:
 
-- ``provider``: the shipped call, as the benchmark times it;
+- ``provider``: the shipped call, as the benchmark times it (kernels/fastlaunch.py replaying its launches);
+- ``through_triton``: the same call with that cache off, every launch through Triton's ``JITFunction.run``;
 - ``jit``: each recorded launch again through ``JITFunction.run`` (Triton's binder, specialisation and cache
   lookup, its grid), without the launcher's own code;
 - ``direct``: each recorded launch straight to its launcher, nothing recomputed: the floor a launch cache keyed on
-  the launcher's own arguments would approach (it would still build that key and the argument list).
+  the launcher's own arguments approaches (kernels/fastlaunch.py still builds that key).
 
-The direct path is checked before it is timed: from the same inputs, two provider calls and a provider call then a
-direct replay must leave every tensor argument bitwise equal (in-place kernels included). A case whose launches
+Both shortcuts are checked before they are timed: two calls through Triton, and one through Triton then one
+shipped call (``fastlaunch_problem``), must leave every tensor argument bitwise equal; so must a provider call
+then a direct replay (``direct_problem``), in-place kernels included. A case whose launches
 cannot be replayed (a launch that is not Triton's, say a cuBLAS call) reports why and gets the provider's time only.
 
 Usage: python3 bench/gpu_launch_paths.py --out DIR [--calls N] [--only LABEL,...]  (writes DIR/launch_paths.json)
@@ -34,26 +36,21 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gpu_host_profile import CASES, host_us  # noqa: E402
 from gpu_timing_compute import build  # noqa: E402
 
+from kernels import fastlaunch  # noqa: E402
+from kernels.fastlaunch import recorded_launches as record  # noqa: E402
 
-def record(fn) -> list[tuple]:
-    """(launcher, its arguments) of every Triton launch one call of fn makes: the backend's launcher object (the
-    compiled kernel's ``run``) with exactly what JITFunction.run passed it (grid, stream, function, metadata,
-    hooks, every kernel argument), whichever Triton version built that list."""
-    from triton.runtime import driver
 
-    cls = driver.active.launcher_cls
-    seen, original = [], cls.__call__
+def through_triton(fn):
+    """fn with every kernels.fastlaunch.FastLaunch launching through Triton, as before that cache."""
 
-    def watched(self, *args):
-        seen.append((self, args))
-        return original(self, *args)
+    def call():
+        fastlaunch.ENABLED = False
+        try:
+            return fn()
+        finally:
+            fastlaunch.ENABLED = True
 
-    cls.__call__ = watched
-    try:
-        fn()
-    finally:
-        cls.__call__ = original
-    return seen
+    return call
 
 
 def direct_call(launches):
@@ -95,22 +92,24 @@ def tensors_of(fn) -> dict:
     return {k: v for k, v in getattr(fn, "keywords", {}).items() if isinstance(v, torch.Tensor)}
 
 
-def same_effect(fn, replay) -> str | None:
-    """None when a provider call then ``replay`` leaves every tensor argument as two provider calls do."""
+def same_effect(fn, replay, first=None) -> str | None:
+    """None when a ``first`` call (fn's by default) then ``replay`` leaves every tensor argument of fn as two
+    ``first`` calls do."""
     import torch
 
+    first = first or fn
     ts = tensors_of(fn)
     start = {k: t.clone() for k, t in ts.items()}
 
     def state_after(second):
         for k, t in ts.items():
             t.copy_(start[k])
-        fn()
+        first()
         second()
         torch.cuda.synchronize()
         return {k: t.clone() for k, t in ts.items()}
 
-    want, got = state_after(fn), state_after(replay)
+    want, got = state_after(first), state_after(replay)
     for k, t in ts.items():
         t.copy_(start[k])
     def bits(t):
@@ -141,6 +140,9 @@ def main() -> int:
             for _ in range(5):  # compiles and autotuning happen here
                 fn()
             row["provider_us"] = sorted(host_us(fn, a.calls) for _ in range(3))[1]
+            slow = through_triton(fn)
+            row["through_triton_us"] = sorted(host_us(slow, a.calls) for _ in range(3))[1]
+            row["fastlaunch_problem"] = same_effect(fn, fn, first=slow)
             # a returned output is the recorded call's own: replays write into it, and the check below compares
             # the keyword tensors only
             row["returns_tensor"] = isinstance(fn(), torch.Tensor)
@@ -151,7 +153,7 @@ def main() -> int:
             else:
                 replay = direct_call(launches)
                 row["direct_problem"] = same_effect(fn, replay)
-                jit = jit_call(fn)
+                jit = jit_call(slow)
                 row["jit_us"] = sorted(host_us(jit, a.calls) for _ in range(3))[1]
                 if row["direct_problem"] is None:
                     row["direct_us"] = sorted(host_us(replay, a.calls) for _ in range(3))[1]

@@ -21,6 +21,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels.common import interpreted, next_power_of_2
+from kernels.fastlaunch import FastLaunch
 
 # Longest row held in registers in one pass; longer rows are read twice (absmax, then quantise).
 _MAX_SINGLE_BLOCK = 8192
@@ -104,6 +105,9 @@ def _check(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
         raise ValueError(f"q must be int8 and scale fp32, got {q.dtype} and {scale.dtype}")
 
 
+_quant_launch = FastLaunch(_quant_kernel)
+
+
 def dynamic_int8_quant(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     _check(x, q, scale)
     tokens, hidden = x.shape
@@ -113,7 +117,7 @@ def dynamic_int8_quant(*, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor)
         scale.zero_()
         return
     cfg = QuantConfig.for_shape(hidden)
-    _quant_kernel[(tokens,)](x, q, scale, hidden, x.stride(0), x.stride(1), q.stride(0), q.stride(1),
+    _quant_launch[(tokens,)](x, q, scale, hidden, x.stride(0), x.stride(1), q.stride(0), q.stride(1),
                              scale.stride(0), BLOCK_N=cfg.block_n, SINGLE=cfg.single_pass,
                              INTERPRET=interpreted(x), num_warps=cfg.num_warps)
 

@@ -20,8 +20,9 @@ tuple, and the current device and stream. A callable grid is called by Triton wi
 kept with them; a grid that reads anything else must be passed as a tuple.
 
 Not kept, so launched through ``kernel`` every time: tensors not on a GPU (the interpreter, meta tensors under
-`harness matrix`), any other argument type (tensor descriptors, tuples), a tensor passed by keyword, a call
-that made no launch or several (an autotuner's benchmarking), a kernel with pre-run hooks, and every call while
+`harness matrix`), any other argument type (tensor descriptors, tuples), a tensor passed by keyword, a key
+whose first three calls each made no launch or several (an autotuner benchmarks on its first), a kernel with
+Python run per launch (pre-run hooks, autotune configs' pre_hooks, heuristics), and every call while
 a launch hook is registered (a profiler such as proton sees every launch as Triton makes it). The cache holds
 at most ``capacity`` keys per kernel; past that, new keys launch through ``kernel``.
 """
@@ -29,6 +30,7 @@ at most ``capacity`` keys per kernel; past that, new keys launch through ``kerne
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +40,10 @@ __all__ = ["FastLaunch", "recorded_launches"]
 
 _EXACT = (int, float, bool, str, type(None))
 _PREFIX = 9  # gridX, gridY, gridZ, stream, function, packed metadata, launch metadata, enter hook, exit hook
+# KH_FAST_LAUNCH=0 launches everything through Triton: to rule this module out, or to time what it saves
+ENABLED = os.environ.get("KH_FAST_LAUNCH", "1") != "0"
+_TRIES = 3   # calls of a key that may launch other than once (an autotuner benchmarks on its first) before it is
+             # launched through the kernel for good
 
 
 def recorded_launches(fn: Callable[[], Any]) -> list[tuple[Any, tuple]]:
@@ -63,6 +69,21 @@ def _watched(cls: type, fn: Callable[[], Any]) -> list[tuple[Any, tuple]]:
     return seen
 
 
+def _hooked(kernel) -> bool:
+    """Whether a launch through ``kernel`` runs Python a replay would skip: a JITFunction's pre-run hooks, an
+    autotuner config's pre_hook (a TMA descriptor's box, say), a heuristic computing constexprs from the
+    arguments. Looked for through the wrappers' own links (CachedAutotune.autotuned, Autotuner.fn...)."""
+    for _ in range(4):
+        if kernel is None:
+            return False
+        if getattr(kernel, "pre_run_hooks", None) or type(kernel).__name__ == "Heuristics":
+            return True
+        if any(getattr(c, "pre_hook", None) is not None for c in getattr(kernel, "configs", ())):
+            return True
+        kernel = getattr(kernel, "autotuned", None) or getattr(kernel, "fn", None)
+    return False
+
+
 class FastLaunch:
     """``kernel`` (a JITFunction, or an autotuned launch object called the same way), replayed through its
     launcher for keys it has launched before."""
@@ -71,14 +92,15 @@ class FastLaunch:
         self.kernel = kernel
         self.capacity = capacity
         self._kept: dict[tuple, tuple] = {}  # key -> (launcher, prefix, arguments after the caller's)
-        self._refused: set[tuple] = set()    # keys whose first launch could not be kept
+        self._misses: dict[tuple, int] = {}  # key -> calls whose launches could not be kept
+        self._hooked = _hooked(kernel)
         self._backend = None                 # (current device, current stream, launcher class, runtime knobs)
 
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
 
     def _launch(self, grid, *args, **kwargs):
-        if self._kept:  # never on the CPU: nothing is kept there, so no GPU driver is asked for a stream
+        if self._kept and ENABLED:  # never on the CPU: nothing is kept there, so no GPU driver is asked for a stream
             key = self._key(grid, args, kwargs)
             if key is not None:
                 try:
@@ -89,9 +111,9 @@ class FastLaunch:
                     launcher, prefix, tail = kept
                     launcher(*prefix, *args, *tail)
                     return
-        if self._keyable(args, kwargs) and len(self._kept) < self.capacity:
+        if ENABLED and not self._hooked and self._keyable(args, kwargs) and len(self._kept) < self.capacity:
             key = self._key(grid, args, kwargs)
-            if key is not None and key not in self._refused and key not in self._kept:
+            if key is not None and self._misses.get(key, 0) < _TRIES and key not in self._kept:
                 self._keep(key, grid, args, kwargs)
                 return
         self.kernel[grid](*args, **kwargs)
@@ -142,15 +164,12 @@ class FastLaunch:
     # ------------------------------------------------------------------------------------- keeping a launch
 
     def _keep(self, key: tuple, grid, args: tuple, kwargs: dict) -> None:
-        if getattr(self.kernel, "pre_run_hooks", None):
-            self._refused.add(key)
-            self.kernel[grid](*args, **kwargs)
-            return
         _, _, launcher_cls, runtime = self._backend
         launches = _watched(launcher_cls, lambda: self.kernel[grid](*args, **kwargs))
         kept = self._replayable(launches, key, args, runtime)
         if kept is None:
-            self._refused.add(key)
+            if len(self._misses) < self.capacity:
+                self._misses[key] = self._misses.get(key, 0) + 1
         else:
             self._kept[key] = kept
 

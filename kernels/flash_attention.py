@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, interpreted, next_power_of_2, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 
 # INTERP_BF16, set for bf16 on the CPU (the Triton interpreter) only, works around two of its differences
 # from a GPU: its fp32 -> bf16 cast truncates (the kernel rounds to nearest even first, as a GPU's cast
@@ -216,6 +217,9 @@ def _check_args(q, k, v, out) -> tuple[int, int, int, int, int, int]:
     return batch, heads_q, heads_kv, seq_q, seq_kv, head_dim
 
 
+_flash_attention_launch = FastLaunch(_flash_attention_kernel)
+
+
 def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
                     config: FlashAttentionConfig | None = None, hopper: bool = False) -> None:
     """Write softmax(q k^T * sm_scale [causal mask, bottom-right]) v into `out`; any strides. `hopper`: take
@@ -233,7 +237,7 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         raise ValueError(f"flash_attention: config packs {cfg.pack} q heads, which does not divide {group}")
     n_head_blocks = heads_q // cfg.pack
     grid = (cdiv(seq_q * cfg.pack, cfg.block_m), batch * n_head_blocks)
-    _flash_attention_kernel[grid](
+    _flash_attention_launch[grid](
         q, k, v, out, seq_q, seq_kv, n_head_blocks, group, cfg.pack, float(sm_scale) * _LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal),

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 from kernels.rmsnorm import RMSNormConfig
 
 
@@ -86,6 +87,9 @@ def _check_shapes(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor)
         )
 
 
+_fused_add_rmsnorm_launch = FastLaunch(_fused_add_rmsnorm_kernel)
+
+
 def fused_add_rmsnorm(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """Triton kernel; updates residual and x in place; any strides."""
     _check_shapes(x, residual, weight)
@@ -93,7 +97,7 @@ def fused_add_rmsnorm(*, x: torch.Tensor, residual: torch.Tensor, weight: torch.
     if x.numel() == 0:
         return
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
-    _fused_add_rmsnorm_kernel[(cdiv(n_rows, cfg.block_m),)](
+    _fused_add_rmsnorm_launch[(cdiv(n_rows, cfg.block_m),)](
         x, residual, weight, n_rows, n_cols,
         x.stride(0), x.stride(1), residual.stride(0), residual.stride(1), weight.stride(0), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,

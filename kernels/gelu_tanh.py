@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 from kernels.silu_and_mul import SiluAndMulConfig
 
 # Flat (contiguous) elements per program, at most.
@@ -92,12 +93,15 @@ def _gelu_kernel(
     tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+_gelu_launch = FastLaunch(_gelu_kernel)
+
+
 def launch_rows(x: torch.Tensor, out: torch.Tensor, gated: bool, cfg: GeluConfig) -> None:
     """``out[r, c] = gelu(x[r, c]) (* x[r, c + d])`` for 2-D x and out of any strides, d = out's columns."""
     n_rows, d = out.shape
     n_col_blocks = cdiv(d, cfg.block_n)
     grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
-    _gelu_kernel[grid](
+    _gelu_launch[grid](
         x, out, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GATED=gated, RNE_BF16=needs_bf16_rounding(out),

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 from kernels.int4_dequant import word_values
 from kernels.splitk import SPLIT_MAX, scratch
 
@@ -256,7 +257,7 @@ _gemv_autotuned = triton.autotune(
     key=["M", "N", "KU"],
     prune_configs_by={"early_config_prune": _prune},
 )(_int4_gemv_kernel)
-_gemv_launch = CachedAutotune(_gemv_autotuned)
+_gemv_launch = FastLaunch(CachedAutotune(_gemv_autotuned))
 
 
 def interpreted_config(n: int, k: int) -> GemvConfig:
@@ -269,6 +270,9 @@ def interpreted_config(n: int, k: int) -> GemvConfig:
 def _splits(ku: int, split_k: int) -> int:
     """K ranges a launch of ``split_k`` makes once each is rounded to whole groups (as the kernel counts them)."""
     return cdiv(ku, cdiv(cdiv(ku, GROUP_WORDS), split_k) * GROUP_WORDS)
+
+
+_int4_gemv_launch = FastLaunch(_int4_gemv_kernel)
 
 
 def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor,
@@ -296,7 +300,7 @@ def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: 
     flags = dict(BLOCK_M=block_m, GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16,
                  EMULATE=interp, RNE_BF16=needs_bf16_rounding(c))  # fmt: skip
     if config is not None:
-        _int4_gemv_kernel[(cdiv(n, config.block_n), _splits(ku, config.split_k))](
+        _int4_gemv_launch[(cdiv(n, config.block_n), _splits(ku, config.split_k))](
             *args, **flags, BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_K=config.split_k,
             num_warps=config.num_warps, num_stages=1)  # fmt: skip
         return

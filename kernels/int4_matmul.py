@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.fastlaunch import FastLaunch
 from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this module's public names too
     _DECODE_M,
     _SWAP_MIN_M,
@@ -233,7 +234,7 @@ _int4_matmul_autotuned = triton.autotune(
     key=["M", "N", "KU", "KU_PER_SPLIT", "WORDS"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_int4_matmul_kernel)
-_int4_launch = CachedAutotune(_int4_matmul_autotuned)
+_int4_launch = FastLaunch(CachedAutotune(_int4_matmul_autotuned))
 
 
 # Decode split of K: aim for this many programs per multiprocessor (the weight stream needs several tiles in
@@ -278,6 +279,9 @@ def _check(a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.
 def _words_ok(w: torch.Tensor, k: int) -> bool:
     """w can be read as 32-bit words: K a multiple of 8, rows contiguous along K and 4-byte aligned."""
     return k % 8 == 0 and w.stride(1) == 1 and w.stride(0) % 4 == 0 and w.data_ptr() % 4 == 0
+
+
+_int4_matmul_launch = FastLaunch(_int4_matmul_kernel)
 
 
 def int4_matmul(
@@ -373,7 +377,7 @@ def int4_matmul(
     )
     if cfg is not None:
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split)
-        _int4_matmul_kernel[grid](
+        _int4_matmul_launch[grid](
             *args,
             BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n,

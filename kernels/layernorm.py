@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, interpreted, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so RMSNorm's launch heuristic where
 # _ONE_PASS (below) has no measured entry: rows packed per program while many remain, one row in registers up to
@@ -152,6 +153,9 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         )
 
 
+_layernorm_launch = FastLaunch(_layernorm_kernel)
+
+
 def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, eps: float,
               has_bias: bool, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None) -> None:
     """Triton LayerNorm; any strides on x, weight, bias and out. ``bias`` is not read (and may be None) unless
@@ -166,7 +170,7 @@ def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
             rstd.fill_(float("nan"))
         return
     cfg = forward_config(n_rows, n_cols, interpreted(x))
-    _layernorm_kernel[(cdiv(n_rows, cfg.block_m),)](
+    _layernorm_launch[(cdiv(n_rows, cfg.block_m),)](
         x, weight, bias, out, mean, rstd, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
         out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
@@ -377,6 +381,9 @@ def _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_b
         )
 
 
+_layernorm_bwd_launch = FastLaunch(_layernorm_bwd_kernel)
+
+
 def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
                   grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool,
                   config: NormBwdConfig | None = None, mean: torch.Tensor | None = None,
@@ -400,7 +407,7 @@ def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tens
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
     partials = torch.empty((len(grads), programs, n_cols), dtype=acc_torch, device=x.device)
-    _layernorm_bwd_kernel[(programs,)](
+    _layernorm_bwd_launch[(programs,)](
         x, weight, grad_out, grad_x, partials, mean, rstd, n_rows, n_cols, cfg.rows_per_program, partials.stride(0),
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,

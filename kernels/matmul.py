@@ -31,6 +31,7 @@ from kernels.common import (
     round_to_bf16,
     sm_count,
 )
+from kernels.fastlaunch import FastLaunch
 from kernels.splitk import scratch, split_k_total, unused
 
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "bias_silu")
@@ -238,7 +239,7 @@ _matmul_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS + SPLIT_CONFIGS], key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": prune_configs},
 )(_matmul_kernel)
-_matmul_launch = CachedAutotune(_matmul_autotuned)
+_matmul_launch = FastLaunch(CachedAutotune(_matmul_autotuned))
 
 
 def epilogue_code(epilogue: int | str) -> int:

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
 
 _GROUP_M = 8
@@ -92,7 +93,7 @@ _matmul_fp8_autotuned = triton.autotune(
     configs=[c.as_triton() for c in CONFIGS], key=["M", "N", "K", "IMPRECISE_ACC"],
     prune_configs_by={"early_config_prune": _prune},
 )(_matmul_fp8_kernel)
-_matmul_fp8_launch = CachedAutotune(_matmul_fp8_autotuned)
+_matmul_fp8_launch = FastLaunch(CachedAutotune(_matmul_fp8_autotuned))
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

@@ -22,6 +22,7 @@ from kernels.common import (
     next_power_of_2,
     round_to_bf16,
 )
+from kernels.fastlaunch import FastLaunch
 
 # Columns one pass holds in registers; a longer row is read twice (sum of squares, then normalise).
 _MAX_BLOCK_N = 8192
@@ -109,6 +110,9 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> N
         )
 
 
+_rmsnorm_launch = FastLaunch(_rmsnorm_kernel)
+
+
 def rmsnorm(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
     """Triton RMSNorm; any strides on x, weight and out."""
     _check_shapes(x, weight, out)
@@ -116,7 +120,7 @@ def rmsnorm(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: fl
     if x.numel() == 0:
         return
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
-    _rmsnorm_kernel[(cdiv(n_rows, cfg.block_m),)](
+    _rmsnorm_launch[(cdiv(n_rows, cfg.block_m),)](
         x, weight, out, n_rows, n_cols,
         x.stride(0), x.stride(1), weight.stride(0), out.stride(0), out.stride(1), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,

@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, dependent_launch, interpreted, next_power_of_2, sm_count
+from kernels.fastlaunch import FastLaunch
 from kernels.rmsnorm import rmsnorm
 
 
@@ -294,6 +295,9 @@ def pdl_sum(t: torch.Tensor) -> bool:
     return PDL_SUM and dependent_launch(t)
 
 
+_sum_partials_launch = FastLaunch(_sum_partials_kernel)
+
+
 def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None = None) -> None:
     """``outs[k][j] = sum_p partials[k, p, j]`` over the first ``n_parts`` rows (default all), in a fixed order;
     ``partials`` is ``[len(outs), programs, hidden]``, one or two gradients, summed in one launch."""
@@ -308,7 +312,7 @@ def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts
         block_n, block_p = _SUM_BLOCK_N, _SUM_BLOCK_P
     last = outs[-1]
     wait = pdl_sum(partials)
-    _sum_partials_kernel[(cdiv(n_cols, block_n), len(outs))](
+    _sum_partials_launch[(cdiv(n_cols, block_n), len(outs))](
         partials, outs[0], last, n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0),
         last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, WAIT=wait, num_warps=_SUM_WARPS,
         **({"launch_pdl": True} if wait else {}),
@@ -326,6 +330,9 @@ def _check_shapes(x, weight, grad_out, grad_x, grad_weight) -> None:
         )
 
 
+_rmsnorm_bwd_launch = FastLaunch(_rmsnorm_bwd_kernel)
+
+
 def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdConfig | None = None):
     """The first stage: writes grad_x and returns (the partial dweight rows, the config)."""
     n_rows, n_cols = x.shape
@@ -333,7 +340,7 @@ def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdCon
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
     partials = torch.empty((1, programs, n_cols), dtype=acc_torch, device=x.device)
-    _rmsnorm_bwd_kernel[(programs,)](
+    _rmsnorm_bwd_launch[(programs,)](
         x, weight, grad_out, grad_x, partials, n_rows, n_cols, cfg.rows_per_program,
         x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
         grad_x.stride(0), grad_x.stride(1), eps,

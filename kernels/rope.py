@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, interpreted, next_power_of_2
+from kernels.fastlaunch import FastLaunch
 
 # Rotation pairs one program handles per tensor: enough to amortise the position and cos/sin loads and
 # the program's start, few enough to stay in registers (measured best on an H200 for 128-dim heads).
@@ -163,6 +164,9 @@ def _check_args(positions, query, key, cos_sin_cache, head_size) -> tuple[int, i
     return tokens, widths["query"] // head_size, widths.get("key", 0) // head_size, rot_dim
 
 
+_rope_launch = FastLaunch(_rope_kernel)
+
+
 def rope(
     *, positions, query, key, cos_sin_cache, head_size, is_neox, config: RopeConfig | None = None
 ) -> None:
@@ -174,7 +178,7 @@ def rope(
     cfg = config or RopeConfig.for_shape(tokens, heads, kv_heads, rot_dim, query.dtype, interpreted(query))
     k = query if key is None else key  # kv_heads == 0 masks every key access
     grid = (cdiv(tokens, cfg.block_t), cdiv(max(heads, kv_heads), cfg.block_h))
-    _rope_kernel[grid](
+    _rope_launch[grid](
         positions, query, k, cos_sin_cache,
         tokens, positions.stride(0), query.stride(0), query.stride(1), k.stride(0), k.stride(1),
         cos_sin_cache.stride(0), cos_sin_cache.stride(1),

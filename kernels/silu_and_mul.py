@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels.common import cdiv, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.fastlaunch import FastLaunch
 
 # Output elements per program: 16 KB of fp32 operands in flight, few enough programs for a long row.
 _TILE = 4096
@@ -76,6 +77,9 @@ def _check_shapes(x: torch.Tensor, out: torch.Tensor) -> None:
         )
 
 
+_silu_and_mul_launch = FastLaunch(_silu_and_mul_kernel)
+
+
 def silu_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
     """Triton kernel; any strides on x and out."""
     _check_shapes(x, out)
@@ -86,7 +90,7 @@ def silu_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
     cfg = SiluAndMulConfig.for_shape(n_rows, d, column_major)
     n_col_blocks = cdiv(d, cfg.block_n)
     grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
-    _silu_and_mul_kernel[grid](
+    _silu_and_mul_launch[grid](
         x, out, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps,
@@ -150,6 +154,9 @@ def _silu_and_mul_bwd_kernel(
     tl.store(dx_rows + (cols + d)[None, :] * stride_dxn, db.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+_silu_and_mul_bwd_launch = FastLaunch(_silu_and_mul_bwd_kernel)
+
+
 def silu_and_mul_bwd(*, x: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
                      config: SiluAndMulConfig | None = None) -> None:
     """Triton backward into grad_x (x's shape, both halves); any strides on every tensor, grad_out's zero strides
@@ -164,7 +171,7 @@ def silu_and_mul_bwd(*, x: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.T
     cfg = config or SiluAndMulConfig.for_shape(n_rows, d, column_major)
     n_col_blocks = cdiv(d, cfg.block_n)
     grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
-    _silu_and_mul_bwd_kernel[grid](
+    _silu_and_mul_bwd_launch[grid](
         x, grad_out, grad_x, n_rows, d, n_col_blocks,
         x.stride(0), x.stride(1), grad_out.stride(0), grad_out.stride(1), grad_x.stride(0), grad_x.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,

@@ -38,9 +38,10 @@ class Launcher:
 class StandIn:
     """A kernel with parameters (x, y, n, BLOCK=64): what JITFunction.run does, minus compiling."""
 
-    def __init__(self, knobs, launches_per_call=1, copies_args=False):
+    def __init__(self, knobs, launches_per_call=1, copies_args=False, first_call_launches=None):
         self.knobs, self.launcher, self.through_kernel = knobs, Launcher(), 0
         self.launches_per_call, self.copies_args, self.pre_run_hooks = launches_per_call, copies_args, []
+        self.first_call_launches = first_call_launches or launches_per_call
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
@@ -50,7 +51,7 @@ class StandIn:
             bound = [a.clone() if self.copies_args and isinstance(a, torch.Tensor) else a for a in args]
             bound.append(kwargs.get("BLOCK", 64))
             rt = self.knobs.runtime
-            for _ in range(self.launches_per_call):
+            for _ in range(self.first_call_launches if self.through_kernel == 1 else self.launches_per_call):
                 self.launcher(*g, 7, "function", "packed", {"lazy": "metadata"}, rt.launch_enter_hook,
                               rt.launch_exit_hook, *bound)
 
@@ -132,6 +133,48 @@ def test_a_launch_not_made_from_the_callers_arguments_is_never_kept(why):
     if why == "pre_run_hook":
         kernel.pre_run_hooks.append(lambda *a, **k: None)
     launch = Watched(kernel)
+    for _ in range(5):
+        launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    assert kernel.through_kernel == 5 and not launch._kept
+
+
+def test_a_key_whose_first_call_autotuned_is_kept_on_its_next():
+    Launcher.calls = []
+    kernel = StandIn(Knobs(), first_call_launches=6)  # six configs benchmarked, then one launch a call
+    launch = Watched(kernel)
+    for _ in range(4):
+        launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
+    assert kernel.through_kernel == 2 and len(Launcher.calls) == 6 + 1 + 2
+
+
+class Config:
+    def __init__(self, pre_hook):
+        self.pre_hook = pre_hook
+
+
+class Heuristics:
+    def __init__(self, fn):
+        self.fn = fn
+
+
+@pytest.mark.parametrize("wrapper", ["config_pre_hook", "heuristics"])
+def test_a_kernel_that_runs_python_per_launch_is_never_kept(kernel, wrapper):
+    """An autotune config's pre_hook (behind CachedAutotune's link), or a heuristic: a replay would skip them."""
+    class Cached:
+        def __init__(self, autotuned):
+            self.autotuned = autotuned
+
+        def __getitem__(self, grid):
+            return self.autotuned.fn[grid]
+
+    class Autotuned:
+        fn, configs = kernel, [Config(None), Config(lambda nargs: None)]
+
+    wrapped = Cached(Autotuned()) if wrapper == "config_pre_hook" else Heuristics(kernel)
+    wrapped.knobs = kernel.knobs
+    if wrapper == "heuristics":
+        wrapped.__class__.__getitem__ = lambda self, grid: self.fn[grid]
+    launch = Watched(wrapped)
     for _ in range(3):
         launch[(1,)](torch.zeros(4), torch.zeros(4), 4)
     assert kernel.through_kernel == 3
@@ -211,4 +254,4 @@ def test_replays_on_the_gpu_are_bitwise_those_of_triton():
         axpy[(triton.cdiv(n, 256),)](x, y, want, 0.5, n, BLOCK=256)
         torch.cuda.synchronize()
         assert torch.equal(got, want)
-    assert len(launch._kept) == 2 and not launch._refused
+    assert len(launch._kept) == 2 and not launch._misses
