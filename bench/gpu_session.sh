@@ -23,8 +23,9 @@
 #   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
 #             swept at M = 1 and 4 against bf16, the tile kernel and the floors; then bench/gpu_host_profile.py
 #             on int4's launchers
-#   launch    bench/gpu_launch_paths.py: each launcher's host time against Triton's JITFunction.run alone and a
-#             direct replay of its recorded launches (the floor a launch cache could reach)
+#   launch    tests/test_fastlaunch.py and the ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
+#             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
+#             and a direct replay of its recorded launches
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -185,6 +186,13 @@ case "$what" in
       2>&1 | tee "$OUT/host_profile.log" | head -60
     ;;
   launch)
+    # kernels/fastlaunch.py on compiled kernels first: its bitwise test, then the ci-tier generated tests of
+    # LAUNCH_SPECS (each case's launcher called again and again, so its replays are checked too)
+    timeout 120 python3 -m pytest tests/test_fastlaunch.py -q -rfEs -p no:cacheprovider 2>&1 \
+      | tee "$OUT/pytest-fastlaunch.log" | tail -5
+    specs=(); for k in ${LAUNCH_SPECS:-rmsnorm int4_matmul matmul softmax}; do specs+=("specs/$k.toml"); done
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest "${specs[@]}" -q -rfEs -p no:cacheprovider 2>&1 \
+      | tee "$OUT/pytest-launch-specs.log" | grep -vE '^[.sF]+( |$)' | tail -15
     timeout "${LAUNCH_TIMEOUT:-240}" python3 bench/gpu_launch_paths.py --out "$OUT" 2>&1 | tee "$OUT/launch_paths.log"
     ;;
   int4-check)
