@@ -100,6 +100,7 @@ class FastLaunch:
         return functools.partial(self._launch, grid)
 
     def _launch(self, grid, *args, **kwargs):
+        key = None
         if self._kept and ENABLED:  # never on the CPU: nothing is kept there, so no GPU driver is asked for a stream
             key = self._key(grid, args, kwargs)
             if key is not None:
@@ -112,7 +113,7 @@ class FastLaunch:
                     launcher(*prefix, *args, *tail)
                     return
         if ENABLED and not self._hooked and self._keyable(args, kwargs) and len(self._kept) < self.capacity:
-            key = self._key(grid, args, kwargs)
+            key = key or self._key(grid, args, kwargs)  # a miss above has built it already
             if key is not None and self._misses.get(key, 0) < _TRIES and key not in self._kept:
                 self._keep(key, grid, args, kwargs)
                 return
