@@ -38,6 +38,9 @@ CASES = (
     CheckCase("int4_torch-M1", "specs/int4_matmul.toml", "torch", "M=1,N=4096,K=4096"),
     CheckCase("matmul_tma-M16", "specs/matmul.toml", "triton_tma", "M=16,N=4096,K=4096,epilogue=0"),
     CheckCase("cublas-M16", "specs/matmul.toml", "torch", "M=16,N=4096,K=4096,epilogue=0"),
+    # the TMA path proper (M >= 1024): descriptors built per call, the picked config's box set by its pre_hook
+    CheckCase("matmul_tma-M4096", "specs/matmul.toml", "triton_tma", "M=4096,N=4096,K=4096,epilogue=0"),
+    CheckCase("cublas-M4096", "specs/matmul.toml", "torch", "M=4096,N=4096,K=4096,epilogue=0"),
     CheckCase("flash_attention-decode", "specs/flash_attention.toml", "triton",
               "batch=64,heads=32,kv_heads=8,seq_q=1,seq_kv=8192,head_dim=128"),
     CheckCase("gelu_tanh-64x16384", "specs/gelu_tanh.toml", "triton", "tokens=64,hidden=16384"),

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fastlaunch import FastLaunch
+
 # An H100/H200's SM count, standing in for a GPU's where launches are recorded on meta tensors (`harness matrix`).
 _RECORDING_SMS = 132
 
@@ -38,6 +40,10 @@ class CachedAutotune:
     as fine as the autotuner's: its key arguments' values and every argument's dtype. Only a CUDA launch is
     cached; elsewhere (meta tensors under `harness matrix`, which records every config) the autotuner runs as
     it is. ``launch = CachedAutotune(autotuned)``, then ``launch[grid](*args, **kwargs)`` as with the autotuner.
+
+    The picked config launches through :class:`~kernels.fastlaunch.FastLaunch` of the bare kernel, after its
+    pre_hook has run here: so a kernel whose configs set TMA descriptors' boxes (which FastLaunch leaves to
+    Triton when it wraps the autotuner) still skips Triton's binder on a replay, keyed on the boxes just set.
     """
 
     def __init__(self, autotuned) -> None:
@@ -45,6 +51,7 @@ class CachedAutotune:
         names = list(autotuned.arg_names)
         self._keys = [(names.index(k), k) for k in autotuned.keys]
         self._picked: dict[tuple, tuple] = {}  # key -> (config, its launch keyword arguments)
+        self._fast = FastLaunch(autotuned.fn)
 
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
@@ -62,7 +69,7 @@ class CachedAutotune:
         cfg, cfg_kwargs = picked
         if cfg.pre_hook is not None:  # as Autotuner.run does before each launch: e.g. a TMA descriptor's box
             cfg.pre_hook({**dict(zip(self.autotuned.arg_names, args, strict=False)), **kwargs, **cfg_kwargs})
-        self.autotuned.fn[grid](*args, **kwargs, **cfg_kwargs)
+        self._fast[grid](*args, **kwargs, **cfg_kwargs)
 
 
 def _on_cuda(args) -> bool:

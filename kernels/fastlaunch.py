@@ -19,8 +19,12 @@ bools and None by type), every keyword argument's exact value (constexprs, num_w
 tuple, and the current device and stream. A callable grid is called by Triton with the arguments only, so it is
 kept with them; a grid that reads anything else must be passed as a tuple.
 
+A host-side tensor descriptor (``triton.tools.tensor_descriptor.TensorDescriptor``) is keyed as Triton specialises
+it, by its base's dtype, block shape and padding, plus its base's alignment and device; its base, shape and
+strides are the launcher's to encode on every launch, so a replay passed a new descriptor is a new tensor map.
+
 Not kept, so launched through ``kernel`` every time: tensors not on a GPU (the interpreter, meta tensors under
-`harness matrix`), any other argument type (tensor descriptors, tuples), a tensor passed by keyword, a key
+`harness matrix`), any other argument type (tuples, say), a tensor passed by keyword, a key
 whose first three calls each made no launch or several (an autotuner benchmarks on its first), a kernel with
 Python run per launch (pre-run hooks, autotune configs' pre_hooks, heuristics), and every call while
 a launch hook is registered (a profiler such as proton sees every launch as Triton makes it). The cache holds
@@ -35,6 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+try:  # Triton 3.4+: host-side TMA descriptors, which the launcher encodes into a tensor map on every launch
+    from triton.tools.tensor_descriptor import TensorDescriptor as _Descriptor
+except ImportError:
+    _Descriptor = None
 
 __all__ = ["FastLaunch", "recorded_launches"]
 
@@ -128,10 +137,14 @@ class FastLaunch:
     def _keyable(self, args: tuple, kwargs: dict) -> bool:
         """Whether a call's key holds all Triton would specialise on (see the module's docstring). Asked only
         before keeping a launch: a key of anything else never equals a kept one (its parts differ in kind)."""
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        descriptors = [a.base for a in args if type(a) is _Descriptor]
+        if not all(isinstance(b, torch.Tensor) for b in descriptors):
+            return False
+        tensors = [a for a in args if isinstance(a, torch.Tensor)] + descriptors
         if not tensors or not all(self._on_device(t) for t in tensors):
             return False  # no tensor on a device: nothing says a GPU is there to ask for its stream
-        if any(type(a) not in _EXACT or a != a for a in args if not isinstance(a, torch.Tensor)):
+        if any(type(a) not in _EXACT or a != a for a in args
+               if not isinstance(a, torch.Tensor) and type(a) is not _Descriptor):
             return False  # a NaN would never find its own key; other types Triton may flatten or unpack
         if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
             return False
@@ -150,9 +163,17 @@ class FastLaunch:
             return None  # (None, or from Triton 3.5 an empty HookChain, does nothing)
         # the type beside each value: True == 1 == 1.0 as keys, not as kernel arguments
         parts = tuple([(a.dtype, a.data_ptr() & 15 == 0, self._on_device(a)) if isinstance(a, torch.Tensor)
-                       else (type(a), a) for a in args])
+                       else (type(a), a) if type(a) is not _Descriptor else self._descriptor(a) for a in args])
         device = device_of()
         return device, stream_of(device), None if callable(grid) else grid, parts, tuple(kwargs.items())
+
+    def _descriptor(self, d) -> tuple:
+        base = d.base
+        if not isinstance(base, torch.Tensor):
+            return (_Descriptor, None)  # never kept (_keyable), so never equal to a kept key
+        # (the block shape's length is the rank: TensorDescriptor checks that they agree)
+        return (_Descriptor, base.dtype, base.data_ptr() & 15 == 0, self._on_device(base), tuple(d.block_shape),
+                getattr(d, "padding", "zero"), getattr(d, "round_f32_to_tf32", False))
 
     def _resolve(self):
         from triton import knobs

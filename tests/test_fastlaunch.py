@@ -195,7 +195,7 @@ def test_a_registered_launch_hook_sees_every_launch_made_by_triton(kernel):
 @pytest.mark.parametrize("args", [
     (torch.zeros(4), torch.zeros(4), float("nan")),   # a NaN never equals its own key
     (torch.zeros(4), (1, 2), 4),                       # a tuple: Triton flattens it
-    (torch.zeros(4), object(), 4),                     # a tensor descriptor, say
+    (torch.zeros(4), object(), 4),                     # an object Triton may unpack
     (1, 2, 3),                                         # no tensor: nothing says a GPU is there
 ])
 def test_arguments_outside_the_key_always_launch_through_the_kernel(kernel, args):
@@ -203,6 +203,79 @@ def test_arguments_outside_the_key_always_launch_through_the_kernel(kernel, args
     for _ in range(2):
         launch[(1,)](*args)
     assert kernel.through_kernel == 2
+
+
+def descriptor(t, box, **kw):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(t, box, **kw)
+
+
+def test_a_tensor_descriptor_is_replayed_as_passed(kernel):
+    launch = Watched(kernel)
+    launch[(1,)](descriptor(torch.zeros(8, 16), [4, 8]), torch.zeros(4), 4)
+    new = descriptor(torch.zeros(8, 16), [4, 8])
+    launch[(1,)](new, torch.zeros(4), 4)
+    assert kernel.through_kernel == 1 and Launcher.calls[1][9] is new  # the launcher encodes its tensor map
+
+
+@pytest.mark.parametrize("change", ["box", "dtype", "rank", "padding", "tf32", "base_not_a_tensor"])
+def test_what_triton_specialises_a_descriptor_on_makes_a_new_key(kernel, change):
+    launch = Watched(kernel)
+    base = torch.zeros(8, 16)
+    launch[(1,)](descriptor(base, [4, 8]), torch.zeros(4), 4)
+    if change == "box":
+        d = descriptor(base, [8, 8])
+    elif change == "dtype":
+        d = descriptor(base.half(), [4, 8])
+    elif change == "rank":
+        d = descriptor(torch.zeros(2, 8, 16), [1, 4, 8])
+    elif change == "padding":
+        d = descriptor(base, [4, 8], padding="nan")
+    elif change == "tf32":
+        d = descriptor(base, [4, 8], round_f32_to_tf32=True)
+    else:
+        d = descriptor(base, [4, 8])
+        d.base = type("Buffer", (), {"data_ptr": lambda self: 0, "dtype": torch.float32})()
+    for _ in range(2 if change == "base_not_a_tensor" else 1):
+        launch[(1,)](d, torch.zeros(4), 4)
+    assert kernel.through_kernel == (3 if change == "base_not_a_tensor" else 2)
+
+
+def test_a_picked_config_launches_through_fastlaunch_after_its_pre_hook(kernel):
+    """CachedAutotune runs the picked config's pre_hook (a TMA box, say), then replays the bare kernel's launch
+    keyed on what the hook set: a box the next call's hook sets differently is a new key."""
+    from kernels.common import CachedAutotune
+
+    boxes = [[4, 8]]
+
+    class Picked:
+        kwargs, pre_hook = {"BLOCK": 32}, staticmethod(lambda nargs: setattr(nargs["x"], "block_shape", boxes[0]))
+
+        def all_kwargs(self):
+            return dict(self.kwargs)
+
+    class Autotuned:
+        fn, arg_names, keys, best_config = kernel, ["x", "y", "n"], ["n"], Picked()
+
+        def __getitem__(self, grid):
+            return kernel[grid]
+
+    cached = CachedAutotune(Autotuned())
+    cached._fast = Watched(kernel)
+    calls = lambda: cached[(1,)](descriptor(torch.zeros(8, 16), [1, 1]), torch.zeros(4), 4)  # noqa: E731
+    import kernels.common as common
+    on_cuda, common._on_cuda = common._on_cuda, lambda args: True  # no CUDA tensor here: pick as on a GPU
+    try:
+        for _ in range(3):
+            calls()
+        assert kernel.through_kernel == 2  # the autotuner's call, the kept launch; the third replayed
+        assert Launcher.calls[-1][9].block_shape == [4, 8] and Launcher.calls[-1][-1] == 32
+        boxes[0] = [8, 8]
+        calls()
+        assert kernel.through_kernel == 3 and Launcher.calls[-1][9].block_shape == [8, 8]
+    finally:
+        common._on_cuda = on_cuda
 
 
 def test_a_tensor_by_keyword_or_an_unhashable_keyword_is_not_kept(kernel):
@@ -255,3 +328,26 @@ def test_replays_on_the_gpu_are_bitwise_those_of_triton():
         torch.cuda.synchronize()
         assert torch.equal(got, want)
     assert len(launch._kept) == 2 and not launch._misses
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="host TMA descriptors: needs sm_90 or newer")
+def test_descriptor_replays_on_the_gpu_are_bitwise_those_of_triton():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale(in_desc, out_desc, a, BLOCK: tl.constexpr):
+        row = tl.program_id(0) * BLOCK
+        out_desc.store([row, 0], in_desc.load([row, 0]) * a)
+
+    launch = FastLaunch(scale)
+    for rows in (256, 1000, 256):
+        x = torch.randn(rows, 32, device="cuda")
+        got, want = torch.empty_like(x), torch.empty_like(x)
+        for out in (got, got):  # the second call is a replay, with new descriptors
+            launch[(triton.cdiv(rows, 64),)](descriptor(x, [64, 32]), descriptor(out, [64, 32]), 0.5, BLOCK=64)
+        scale[(triton.cdiv(rows, 64),)](descriptor(x, [64, 32]), descriptor(want, [64, 32]), 0.5, BLOCK=64)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want) and torch.equal(want, x * 0.5)
+    assert len(launch._kept) == 1 and not launch._misses
