@@ -23,7 +23,8 @@
 #   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
 #             swept at M = 1 and 4 against bf16, the tile kernel and the floors; then bench/gpu_host_profile.py
 #             on int4's launchers
-#   launch    tests/test_fastlaunch.py and the ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
+#   launch    tests/test_fastlaunch.py, matmul_tma's planned calls against its autotuned one (bitwise) and the
+#             ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
 #             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
 #             and a direct replay of its recorded launches
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
@@ -188,7 +189,9 @@ case "$what" in
   launch)
     # kernels/fastlaunch.py on compiled kernels first: its bitwise test, then the ci-tier generated tests of
     # LAUNCH_SPECS (each case's launcher called again and again, so its replays are checked too)
-    timeout 120 python3 -m pytest tests/test_fastlaunch.py -q -rfEs -p no:cacheprovider 2>&1 \
+    timeout 120 python3 -m pytest tests/test_fastlaunch.py \
+      tests/test_matmul_tma.py::test_a_planned_call_is_bitwise_the_autotuned_one_and_a_new_signature_is_planned_anew \
+      -q -rfEs -p no:cacheprovider 2>&1 \
       | tee "$OUT/pytest-fastlaunch.log" | tail -5
     specs=(); for k in ${LAUNCH_SPECS:-rmsnorm int4_matmul matmul softmax}; do specs+=("specs/$k.toml"); done
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest "${specs[@]}" -q -rfEs -p no:cacheprovider 2>&1 \

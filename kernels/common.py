@@ -56,20 +56,23 @@ class CachedAutotune:
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
 
-    def _launch(self, grid, *args, **kwargs) -> None:
+    def _launch(self, grid, *args, **kwargs):
+        """Launches; returns the config launched with, where it is kept (a CUDA launch), else None."""
         key = (tuple(args[i] if i < len(args) else kwargs.get(name) for i, name in self._keys),
                tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(kwargs.items())))
         picked = self._picked.get(key)
         if picked is None:
             self.autotuned[grid](*args, **kwargs)
-            if _on_cuda(args):
-                cfg = self.autotuned.best_config
-                self._picked[key] = (cfg, cfg.all_kwargs())
-            return
+            if not _on_cuda(args):
+                return None
+            cfg = self.autotuned.best_config
+            self._picked[key] = (cfg, cfg.all_kwargs())
+            return cfg
         cfg, cfg_kwargs = picked
         if cfg.pre_hook is not None:  # as Autotuner.run does before each launch: e.g. a TMA descriptor's box
             cfg.pre_hook({**dict(zip(self.autotuned.arg_names, args, strict=False)), **kwargs, **cfg_kwargs})
         self._fast[grid](*args, **kwargs, **cfg_kwargs)
+        return cfg
 
 
 def _on_cuda(args) -> bool:

@@ -93,6 +93,25 @@ def _hooked(kernel) -> bool:
     return False
 
 
+_TENSOR = torch.Tensor
+_SCALARS = frozenset(_EXACT)
+
+
+def _other_part(a) -> tuple:
+    """The key part of an argument that is neither a plain tensor nor a scalar: a tensor subclass (a Parameter),
+    a host TMA descriptor, or anything else (never kept: FastLaunch._keyable, so never equal to a kept part)."""
+    if isinstance(a, torch.Tensor):
+        return (type(a), a.dtype, a.data_ptr() & 15 == 0, a.is_cuda)
+    if type(a) is _Descriptor:
+        base = a.base
+        if not isinstance(base, torch.Tensor):
+            return (_Descriptor, None)
+        # (the block shape's length is the rank: TensorDescriptor checks that they agree)
+        return (_Descriptor, base.dtype, base.data_ptr() & 15 == 0, base.is_cuda, tuple(a.block_shape),
+                getattr(a, "padding", "zero"), getattr(a, "round_f32_to_tf32", False))
+    return (type(a), a)
+
+
 class FastLaunch:
     """``kernel`` (a JITFunction, or an autotuned launch object called the same way), replayed through its
     launcher for keys it has launched before."""
@@ -161,19 +180,12 @@ class FastLaunch:
         if (enter is not None and getattr(enter, "calls", True)) or \
                 (leave is not None and getattr(leave, "calls", True)):
             return None  # (None, or from Triton 3.5 an empty HookChain, does nothing)
-        # the type beside each value: True == 1 == 1.0 as keys, not as kernel arguments
-        parts = tuple([(a.dtype, a.data_ptr() & 15 == 0, self._on_device(a)) if isinstance(a, torch.Tensor)
-                       else (type(a), a) if type(a) is not _Descriptor else self._descriptor(a) for a in args])
+        # The type beside each value: True == 1 == 1.0 as keys, not as kernel arguments. Exact type tests first:
+        # isinstance against torch.Tensor goes through its metaclass, a third of the key's time on a CPU.
+        parts = tuple([(a.dtype, a.data_ptr() & 15 == 0, a.is_cuda) if type(a) is _TENSOR
+                       else (type(a), a) if type(a) in _SCALARS else _other_part(a) for a in args])
         device = device_of()
         return device, stream_of(device), None if callable(grid) else grid, parts, tuple(kwargs.items())
-
-    def _descriptor(self, d) -> tuple:
-        base = d.base
-        if not isinstance(base, torch.Tensor):
-            return (_Descriptor, None)  # never kept (_keyable), so never equal to a kept key
-        # (the block shape's length is the rank: TensorDescriptor checks that they agree)
-        return (_Descriptor, base.dtype, base.data_ptr() & 15 == 0, self._on_device(base), tuple(d.block_shape),
-                getattr(d, "padding", "zero"), getattr(d, "round_f32_to_tf32", False))
 
     def _resolve(self):
         from triton import knobs

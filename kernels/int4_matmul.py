@@ -333,8 +333,8 @@ def int4_matmul(
     ku_per_split = cdiv(cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
     split = cdiv(k // unit, ku_per_split)
     if split > 1:  # fp32 partials [split, M, N] and a counter per tile (kernels/splitk.py's, per device and stream)
-        ws, counters = scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
-        out = ws[: split * m * n].view(split, m, n)
+        # the workspace itself as out [split, M, N] (its strides below): no view made per call
+        out, counters = scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
     else:
         out, counters = c, c
     wu = w.view(torch.int32) if words else w
@@ -360,7 +360,7 @@ def int4_matmul(
         scales.stride(1),
         zeros.stride(0),
         zeros.stride(1),
-        *((out.stride(0), out.stride(1), out.stride(2)) if split > 1 else (0, c.stride(0), c.stride(1))),
+        *((m * n, n, 1) if split > 1 else (0, c.stride(0), c.stride(1))),
         c.stride(0),
         c.stride(1),
     )

@@ -38,6 +38,7 @@ from kernels.common import (
     round_to_bf16,
     sm_count,
 )
+from kernels.fastlaunch import FastLaunch
 from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul
 
 try:  # Triton 3.4+ (the GPU machine's 3.6 and the newest both have it)
@@ -96,12 +97,20 @@ CONFIGS = (
 )
 
 
+def _boxes(meta) -> tuple[list[int], list[int], list[int]]:
+    """The a, b and c descriptors' box shapes for a config's meta-parameters."""
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    return [bm, bk], [bn, bk], [bm, bn // 2 if meta["EPILOGUE_SUBTILE"] else bn]
+
+
 def _set_boxes(nargs) -> None:
     """Autotune pre-hook (Triton's tutorial 09 pattern): the host descriptors get this config's box shapes."""
-    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    nargs["a_desc"].block_shape = [bm, bk]
-    nargs["b_desc"].block_shape = [bn, bk]
-    nargs["c_desc"].block_shape = [bm, bn // 2 if nargs["EPILOGUE_SUBTILE"] else bn]
+    nargs["a_desc"].block_shape, nargs["b_desc"].block_shape, nargs["c_desc"].block_shape = _boxes(nargs)
+
+
+def _programs(m: int, n: int, sms: int, meta) -> int:
+    """One program per SM, or per output tile where there are fewer tiles."""
+    return min(sms, cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]))
 
 
 def prune_boxes(configs, named_args, **kwargs):
@@ -163,6 +172,21 @@ _persistent_autotuned = triton.autotune(
     prune_configs_by={"early_config_prune": prune_boxes},
 )(_persistent_kernel)
 _persistent_launch = CachedAutotune(_persistent_autotuned)
+_persistent_fast = FastLaunch(_persistent_kernel)
+
+# A GPU call's plan, per call signature, once the autotuner has picked for it: the boxes, the grid and every
+# keyword of the launch. A later call with the same signature (shapes, strides, dtypes, the operands' 16-byte
+# alignment, device, epilogue) would pass the same checks, take the same route and get the same config, so it
+# skips them and the autotuner's key and pre-hook: builds its three descriptors and launches. On the H100, before
+# this, the launcher's Python was 33 us of its 57 us a call at 4096^3 (bench/gpu_launch_paths.py).
+_PLANS: dict[tuple, tuple] = {}
+_PLAN_CAPACITY = 256
+
+
+def _signature(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue) -> tuple:
+    return (a.device, a.dtype, b.dtype, bias.dtype, c.dtype, a.shape, b.shape, bias.shape, c.shape, a.stride(),
+            b.stride(), bias.stride(), c.stride(), a.data_ptr() & 15, b.data_ptr() & 15, c.data_ptr() & 15,
+            type(epilogue), epilogue)
 
 
 def _tma_ready(t: torch.Tensor) -> bool:
@@ -192,11 +216,12 @@ def takes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
 
 
 def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *args,
-                      **constexprs) -> None:
+                      **constexprs):
     """Launch a persistent kernel ``kernel(a_desc, b_desc, c_desc, *args, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
     EPILOGUE_SUBTILE, NUM_SMS, **constexprs)``: on a GPU (or meta tensors) its ``autotuned`` form, one program
     per SM, boxes set by each config's pre-hook; under the interpreter, :meth:`PersistentConfig.interpreted`
-    with two programs, so each walks several tiles."""
+    with two programs, so each walks several tiles. Returns the config ``autotuned`` launched with, where it keeps
+    one (a CUDA launch), else None."""
     (m, k), n = a.shape, b.shape[0]
     if interpreted(a):
         cfg = PersistentConfig.interpreted(m, n, k)
@@ -213,17 +238,30 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
     descs = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]  # boxes: set by _set_boxes
 
     def grid(meta):
-        return (min(sms, cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])),)
-    autotuned[grid](*descs, *args, NUM_SMS=sms, **constexprs)
+        return (_programs(m, n, sms, meta),)
+    return autotuned[grid](*descs, *args, NUM_SMS=sms, **constexprs)
 
 
 def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
     """``c = act(a @ b.T + bias)``: the persistent TMA kernel where :func:`takes` allows, else kernels.matmul's."""
+    sig = _signature(a, b, bias, c, epilogue) if a.is_cuda else None
+    plan = _PLANS.get(sig) if sig is not None else None
+    if plan is not None:
+        (box_a, box_b, box_c), grid, kwargs = plan
+        _persistent_fast[grid](TensorDescriptor.from_tensor(a, box_a), TensorDescriptor.from_tensor(b, box_b),
+                               TensorDescriptor.from_tensor(c, box_c), bias, a.shape[0], b.shape[0], a.shape[1],
+                               bias.stride(0), **kwargs)
+        return
     check_operands(a, b, bias, c)
     code = epilogue_code(epilogue)
     if not takes(a, b, c):
         matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
         return
-    launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0], a.shape[1],
-                      bias.stride(0), EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
+    constexprs = dict(EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
                       UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)
+    cfg = launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0],
+                            a.shape[1], bias.stride(0), **constexprs)
+    if cfg is not None and sig is not None and len(_PLANS) < _PLAN_CAPACITY:
+        meta, sms = cfg.all_kwargs(), sm_count(a.device)
+        grid = (_programs(a.shape[0], b.shape[0], sms, meta),)
+        _PLANS[sig] = (_boxes(meta), grid, {**meta, **constexprs, "NUM_SMS": sms})

@@ -79,3 +79,24 @@ def test_planted_bug_is_caught(tmp_path, bug):
     assert {check for _, check in failures} <= {"poison", "numerics", "layout"}, failures
     failed_cases = {msg.split(":")[0] for msgs in failures.values() for msg in msgs}
     assert any(case.startswith("M=40,N=48,K=80") for case in failed_cases), failed_cases
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="the TMA path's plans: needs sm_90 or newer")
+def test_a_planned_call_is_bitwise_the_autotuned_one_and_a_new_signature_is_planned_anew():
+    from kernels import matmul_tma as mt
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a, b = (torch.randn(s, device="cuda", generator=g).bfloat16() for s in ((1024, 512), (384, 512)))
+    bias = torch.randn(384, device="cuda", generator=g).bfloat16()
+    outs = []
+    for epilogue in (0, 0, 0, 3, 3):  # the first call of each signature autotunes; the next ones are planned
+        c = torch.empty(1024, 384, device="cuda", dtype=torch.bfloat16)
+        mt.matmul_tma(a=a, b=b, bias=bias, c=c, epilogue=epilogue)
+        outs.append(c)
+    assert takes(a, b, outs[0]) and mt._signature(a, b, bias, outs[0], 0) in mt._PLANS
+    assert mt._signature(a, b, bias, outs[0], 3) in mt._PLANS
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]) and torch.equal(outs[3], outs[4])
+    want = a.float() @ b.float().T
+    assert torch.allclose(outs[0].float(), want, rtol=2e-2, atol=2e-2)
+    assert not torch.equal(outs[0], outs[3])  # the epilogue is part of the signature
