@@ -75,6 +75,37 @@ class CachedAutotune:
         return cfg
 
 
+class Plans:
+    """A launcher's plans, one per call signature (:func:`signature`): what it worked out from its operands'
+    metadata (checks passed, route, config, grid, scalar arguments) as a callable taking the operands. A later call
+    with the same signature would work out the same, so it calls the plan, which binds its tensors and launches:
+    the Python a launcher repeats per call is host time an eager caller waits on. Past ``capacity`` signatures,
+    new ones are planned on every call. A plan holds no tensor: each call passes its own."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._plans: dict[tuple, object] = {}
+
+    def get(self, sig: tuple):
+        return self._plans.get(sig)
+
+    def keep(self, sig: tuple, plan):
+        if len(self._plans) < self.capacity:
+            self._plans[sig] = plan
+        return plan
+
+    def __contains__(self, sig: tuple) -> bool:
+        return sig in self._plans
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+def signature(*tensors: torch.Tensor) -> tuple:
+    """What a plan may depend on of each tensor: shape, strides, dtype, device, address modulo 16."""
+    return tuple([(t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15) for t in tensors])
+
+
 def _on_cuda(args) -> bool:
     t = next((a for a in args if isinstance(a, torch.Tensor)), None)
     return t is not None and t.device.type == "cuda"

@@ -280,6 +280,13 @@ def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: 
     """c = a @ dequant(w).T for a of one to GEMV_MAX_M rows, w read as 32-bit words (kernels/int4_matmul.py
     checks the arguments and dispatches here). ``config`` replaces the autotuner's choice (on a GPU) or the
     interpreter's configuration."""
+    plan(a, w, scales, zeros, c, config)(a, w, scales, zeros, c)
+
+
+def plan(a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor,
+         config: GemvConfig | None = None):
+    """The launch :func:`int4_gemv` makes for operands of these shapes, strides, dtypes, device and alignments:
+    ``launch(a, w, scales, zeros, c)`` (kernels.common.Plans)."""
     m, k = a.shape
     if not 1 <= m <= GEMV_MAX_M:
         raise ValueError(f"int4_gemv: {m} rows of a; it takes 1 to {GEMV_MAX_M}")
@@ -290,22 +297,26 @@ def int4_gemv(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: 
     if config is None and interp:
         config = interpreted_config(n, k)
     # every split a candidate may take: partials for SPLIT_MAX ranges, a counter per 16-row column block
-    ws, cnt = scratch(a.device, SPLIT_MAX * block_m * n, cdiv(n, 16))
-    wu = w.view(torch.int32)
+    partials, tiles = SPLIT_MAX * block_m * n, cdiv(n, 16)
     # pairs of activations as one int32: contiguous rows, 4-byte aligned, an even row stride
     pairs = a.stride(1) == 1 and a.data_ptr() % 4 == 0 and (m == 1 or a.stride(0) % 2 == 0)
-    args = (a.view(torch.int32) if pairs else a, wu, scales, zeros, c, ws, cnt, m, n, ku,
-            a.stride(0) // 2 if pairs else a.stride(0), a.stride(1), wu.stride(0), scales.stride(0), scales.stride(1),
-            zeros.stride(0), zeros.stride(1), c.stride(0), c.stride(1))  # fmt: skip
+    scalars = (m, n, ku, a.stride(0) // 2 if pairs else a.stride(0), a.stride(1), w.stride(0) // 4, scales.stride(0),
+               scales.stride(1), zeros.stride(0), zeros.stride(1), c.stride(0), c.stride(1))  # fmt: skip
     flags = dict(BLOCK_M=block_m, GROUP_W=GROUP_WORDS, A_PAIRS=pairs, IS_BF16=a.dtype == torch.bfloat16,
                  EMULATE=interp, RNE_BF16=needs_bf16_rounding(c))  # fmt: skip
     if config is not None:
-        _int4_gemv_launch[(cdiv(n, config.block_n), _splits(ku, config.split_k))](
-            *args, **flags, BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_K=config.split_k,
-            num_warps=config.num_warps, num_stages=1)  # fmt: skip
-        return
+        grid = (cdiv(n, config.block_n), _splits(ku, config.split_k))
+        launcher = _int4_gemv_launch
+        flags.update(BLOCK_N=config.block_n, BLOCK_U=config.block_u, SPLIT_K=config.split_k,
+                     num_warps=config.num_warps, num_stages=1)  # fmt: skip
+    else:
+        launcher = _gemv_launch
 
-    def grid(meta):
-        return (cdiv(n, meta["BLOCK_N"]), _splits(ku, meta["SPLIT_K"]))
+        def grid(meta):
+            return (cdiv(n, meta["BLOCK_N"]), _splits(ku, meta["SPLIT_K"]))
 
-    _gemv_launch[grid](*args, **flags)
+    def launch(a, w, scales, zeros, c):
+        ws, cnt = scratch(a.device, partials, tiles)
+        launcher[grid](a.view(torch.int32) if pairs else a, w.view(torch.int32), scales, zeros, c, ws, cnt,
+                       *scalars, **flags)  # fmt: skip
+    return launch

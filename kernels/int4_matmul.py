@@ -58,7 +58,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16, sm_count
+from kernels.common import (
+    CachedAutotune,
+    Plans,
+    cdiv,
+    interpreted,
+    needs_bf16_rounding,
+    round_to_bf16,
+    signature,
+    sm_count,
+)
 from kernels.fastlaunch import FastLaunch
 from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this module's public names too
     _DECODE_M,
@@ -69,7 +78,7 @@ from kernels.int4_configs import (  # noqa: F401 - Int4Config, GROUP_SIZE: this 
     prune_configs,
 )
 from kernels.int4_dequant import word_values
-from kernels.int4_gemv import int4_gemv
+from kernels.int4_gemv import plan as gemv_plan
 from kernels.matmul import grouped_tile
 from kernels.splitk import SPLIT_MAX, scratch, split_k_total
 
@@ -284,6 +293,9 @@ def _words_ok(w: torch.Tensor, k: int) -> bool:
 _int4_matmul_launch = FastLaunch(_int4_matmul_kernel)
 
 
+_PLANS = Plans()
+
+
 def int4_matmul(
     *,
     a: torch.Tensor,
@@ -302,6 +314,26 @@ def int4_matmul(
 
     ``config``, ``split_k`` and ``words`` (tuning experiments: reports/h200/experiments/int4/int4_probe.py
     --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
+    tuned = config is None and split_k is None and words is None and swap_min_m is None
+    sig = signature(a, w, scales, zeros, c) if tuned else None
+    launch = _PLANS.get(sig) if tuned else None
+    if launch is None:
+        launch = _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m)
+        if tuned:
+            _PLANS.keep(sig, launch)
+    launch(a, w, scales, zeros, c)
+
+
+def _nothing(a, w, scales, zeros, c) -> None:
+    pass
+
+
+def _empty_sum(a, w, scales, zeros, c) -> None:
+    c.zero_()  # K = 0: an empty sum, and no tensor to read from
+
+
+def _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m):
+    """Checks the operands and works out the launch :func:`int4_matmul` makes for their signature."""
     _check(a, w, scales, zeros, c)
     if a.dtype not in (torch.float16, torch.bfloat16) or scales.dtype != a.dtype or c.dtype != a.dtype:
         raise ValueError(
@@ -311,14 +343,12 @@ def int4_matmul(
     m, k = a.shape
     n = w.shape[0]
     if m == 0 or n == 0:
-        return
-    if k == 0:  # an empty sum; no tensor to read from
-        c.zero_()
-        return
+        return _nothing
+    if k == 0:
+        return _empty_sum
     interp = interpreted(a)
     if m == 1 and config is None and split_k is None and words is None and _words_ok(w, k):
-        int4_gemv(a=a, w=w, scales=scales, zeros=zeros, c=c)
-        return
+        return gemv_plan(a, w, scales, zeros, c)
     if interp:  # one large tile, no autotuning; split K where a GPU launch would
         cfg = Int4Config.interpreted(m, n, k)
         split = 2 if m <= _DECODE_M and k > GROUP_SIZE else 1  # so that CPU runs check the split-K path too
@@ -332,21 +362,8 @@ def int4_matmul(
     unit = 8 if words else 2  # values of k per unit of w: a 32-bit word or a byte
     ku_per_split = cdiv(cdiv(k, GROUP_SIZE), split) * (GROUP_SIZE // unit)
     split = cdiv(k // unit, ku_per_split)
-    if split > 1:  # fp32 partials [split, M, N] and a counter per tile (kernels/splitk.py's, per device and stream)
-        # the workspace itself as out [split, M, N] (its strides below): no view made per call
-        out, counters = scratch(a.device, split * m * n, cdiv(m, 16) * cdiv(n, 16))
-    else:
-        out, counters = c, c
-    wu = w.view(torch.int32) if words else w
-    is_bf16 = a.dtype == torch.bfloat16
-    args = (
-        a,
-        wu,
-        scales,
-        zeros,
-        out,
-        c,
-        counters,
+    partials, tiles = split * m * n, cdiv(m, 16) * cdiv(n, 16)
+    scalars = (
         m,
         n,
         k // unit,
@@ -354,45 +371,42 @@ def int4_matmul(
         split,
         a.stride(0),
         a.stride(1),
-        wu.stride(0),
-        wu.stride(1),
+        w.stride(0) // 4 if words else w.stride(0),
+        w.stride(1),
         scales.stride(0),
         scales.stride(1),
         zeros.stride(0),
         zeros.stride(1),
+        # out: the workspace [split, M, N] (kernels/splitk.py's, per device and stream) where K is split, else c
         *((m * n, n, 1) if split > 1 else (0, c.stride(0), c.stride(1))),
         c.stride(0),
         c.stride(1),
     )
-    rne = needs_bf16_rounding(c)
     flags = dict(
         GROUP=GROUP_SIZE,
         WORDS=words,
         SWAP_MIN_M=_SWAP_MIN_M if swap_min_m is None else swap_min_m,
-        IS_BF16=is_bf16,
+        IS_BF16=a.dtype == torch.bfloat16,
         INTERPRETED=interp,
-        DEQUANT_F32=interp and is_bf16,
-        RNE_BF16=rne,
+        DEQUANT_F32=interp and a.dtype == torch.bfloat16,
+        RNE_BF16=needs_bf16_rounding(c),
         SPLIT_TILES=SPLIT_MAX if split > 1 else 0,
     )
     if cfg is not None:
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), split)
-        _int4_matmul_launch[grid](
-            *args,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m,
-            **flags,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
+        launcher = _int4_matmul_launch
+        flags.update(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
     else:
+        launcher = _int4_launch
 
         def grid(meta):
             return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), split)
 
-        _int4_launch[grid](*args, **flags)
+    def launch(a, w, scales, zeros, c):
+        out, counters = scratch(a.device, partials, tiles) if split > 1 else (c, c)
+        launcher[grid](a, w.view(torch.int32) if words else w, scales, zeros, out, c, counters, *scalars, **flags)
+    return launch
 
 
 def unpack(w: torch.Tensor) -> torch.Tensor:

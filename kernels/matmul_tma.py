@@ -31,11 +31,13 @@ import triton.language as tl
 
 from kernels.common import (
     CachedAutotune,
+    Plans,
     cdiv,
     cuda_capability,
     interpreted,
     needs_bf16_rounding,
     round_to_bf16,
+    signature,
     sm_count,
 )
 from kernels.fastlaunch import FastLaunch
@@ -179,14 +181,11 @@ _persistent_fast = FastLaunch(_persistent_kernel)
 # alignment, device, epilogue) would pass the same checks, take the same route and get the same config, so it
 # skips them and the autotuner's key and pre-hook: builds its three descriptors and launches. On the H100, before
 # this, the launcher's Python was 33 us of its 57 us a call at 4096^3 (bench/gpu_launch_paths.py).
-_PLANS: dict[tuple, tuple] = {}
-_PLAN_CAPACITY = 256
+_PLANS = Plans()
 
 
 def _signature(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue) -> tuple:
-    return (a.device, a.dtype, b.dtype, bias.dtype, c.dtype, a.shape, b.shape, bias.shape, c.shape, a.stride(),
-            b.stride(), bias.stride(), c.stride(), a.data_ptr() & 15, b.data_ptr() & 15, c.data_ptr() & 15,
-            type(epilogue), epilogue)
+    return signature(a, b, bias, c), type(epilogue), epilogue
 
 
 def _tma_ready(t: torch.Tensor) -> bool:
@@ -247,10 +246,7 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
     sig = _signature(a, b, bias, c, epilogue) if a.is_cuda else None
     plan = _PLANS.get(sig) if sig is not None else None
     if plan is not None:
-        (box_a, box_b, box_c), grid, kwargs = plan
-        _persistent_fast[grid](TensorDescriptor.from_tensor(a, box_a), TensorDescriptor.from_tensor(b, box_b),
-                               TensorDescriptor.from_tensor(c, box_c), bias, a.shape[0], b.shape[0], a.shape[1],
-                               bias.stride(0), **kwargs)
+        plan(a, b, bias, c)
         return
     check_operands(a, b, bias, c)
     code = epilogue_code(epilogue)
@@ -261,7 +257,18 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
                       UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)
     cfg = launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0],
                             a.shape[1], bias.stride(0), **constexprs)
-    if cfg is not None and sig is not None and len(_PLANS) < _PLAN_CAPACITY:
-        meta, sms = cfg.all_kwargs(), sm_count(a.device)
-        grid = (_programs(a.shape[0], b.shape[0], sms, meta),)
-        _PLANS[sig] = (_boxes(meta), grid, {**meta, **constexprs, "NUM_SMS": sms})
+    if cfg is not None and sig is not None:
+        _PLANS.keep(sig, _planned(cfg, a, b, constexprs))
+
+
+def _planned(cfg, a: torch.Tensor, b: torch.Tensor, constexprs: dict):
+    """The launch the autotuner's pick ``cfg`` makes for these operands' signature."""
+    meta, sms = cfg.all_kwargs(), sm_count(a.device)
+    (m, k), n = a.shape, b.shape[0]
+    grid, (box_a, box_b, box_c) = (_programs(m, n, sms, meta),), _boxes(meta)
+    kwargs = {**meta, **constexprs, "NUM_SMS": sms}
+
+    def launch(a, b, bias, c):
+        _persistent_fast[grid](TensorDescriptor.from_tensor(a, box_a), TensorDescriptor.from_tensor(b, box_b),
+                               TensorDescriptor.from_tensor(c, box_c), bias, m, n, k, bias.stride(0), **kwargs)
+    return launch

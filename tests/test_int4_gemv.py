@@ -93,8 +93,11 @@ def test_strided_activations_are_read_one_by_one():
 
 
 def test_int4_matmul_sends_one_row_with_word_readable_weights_to_the_gemv(monkeypatch):
+    from kernels.common import Plans
+
     calls = []
-    monkeypatch.setattr(q4, "int4_gemv", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(q4, "_PLANS", Plans())  # no plan of an earlier test's
+    monkeypatch.setattr(q4, "gemv_plan", lambda *args: calls.append(args) or (lambda *operands: None))
     a, w, s, z = _inputs(8, 256, torch.bfloat16)
     q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=torch.empty(1, 8, dtype=a.dtype))
     assert len(calls) == 1

@@ -1,0 +1,91 @@
+"""kernels.common.Plans: a launcher's work per call signature, done once. On the CPU the interpreter runs the same
+plans a GPU would keep (int4_matmul's tile kernel and decode GEMV), so these tests replay them for real."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from kernels import int4_matmul as q4
+from kernels.common import Plans, signature
+
+
+def _operands(m, n, k, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    w = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    groups = -(-k // q4.GROUP_SIZE)
+    s = (torch.rand(n, groups, generator=g) * 0.1 + 0.01).to(dtype)
+    z = torch.randint(0, 16, (n, groups), generator=g, dtype=torch.uint8)
+    return a, w, s, z
+
+
+def _call(a, w, s, z):
+    c = torch.full((a.shape[0], w.shape[0]), float("nan"), dtype=a.dtype)
+    q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c)
+    return c
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    fresh = Plans()
+    monkeypatch.setattr(q4, "_PLANS", fresh)
+    return fresh
+
+
+@pytest.mark.parametrize("m", [1, 3], ids=["gemv", "tile"])
+def test_a_second_call_of_a_signature_is_planned_and_bitwise_a_fresh_one(plans, m):
+    first = _operands(m, 40, 512, seed=1)
+    _call(*first)
+    assert len(plans) == 1
+    other = _operands(m, 40, 512, seed=2)  # same signature, other values
+    planned = _call(*other)
+    assert len(plans) == 1
+    plans._plans.clear()
+    assert torch.equal(planned, _call(*other))  # planned afresh: the same bits
+    want = torch.empty_like(planned)
+    q4.int4_matmul_ref(a=other[0], w=other[1], scales=other[2], zeros=other[3], c=want)
+    assert torch.allclose(planned.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("change", ["dtype", "shape", "stride", "alignment"])
+def test_a_changed_signature_gets_its_own_plan(plans, change):
+    a, w, s, z = _operands(3, 40, 512)
+    _call(a, w, s, z)
+    if change == "dtype":
+        a, s = a.half(), s.half()
+    elif change == "shape":
+        a = torch.cat([a, a])
+    elif change == "stride":
+        a = torch.empty(3, 1024, dtype=a.dtype)[:, ::2].copy_(a)
+    else:
+        a = torch.empty(3 * 512 + 2, dtype=a.dtype)[2:].view(3, 512).copy_(a)  # 4 bytes past 16-byte alignment
+    assert signature(a) != signature(_operands(3, 40, 512)[0])
+    _call(a, w, s, z)
+    assert len(plans) == 2
+
+
+def test_bad_operands_raise_on_every_call_and_are_never_planned(plans):
+    a, w, s, z = _operands(3, 40, 512)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="int4_matmul"):
+            q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=torch.empty(3, 41, dtype=a.dtype))
+    assert len(plans) == 0
+
+
+def test_a_plan_holds_no_operand(plans):
+    a, w, s, z = _operands(3, 40, 512)
+    refs = [weakref.ref(t) for t in (a, w, s, z)]
+    _call(a, w, s, z)
+    del a, w, s, z
+    gc.collect()
+    assert len(plans) == 1 and all(r() is None for r in refs)
+
+
+def test_past_capacity_new_signatures_are_planned_every_call():
+    kept = Plans(capacity=1)
+    assert kept.keep(("a",), 1) == 1 and kept.keep(("b",), 2) == 2
+    assert ("a",) in kept and ("b",) not in kept and len(kept) == 1
