@@ -101,6 +101,10 @@ class Plans:
         return len(self._plans)
 
 
+def no_launch(*operands) -> None:
+    """The plan of a call with nothing to compute (an empty output)."""
+
+
 def signature(*tensors: torch.Tensor) -> tuple:
     """What a plan may depend on of each tensor: shape, strides, dtype, device, address modulo 16."""
     return tuple([(t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15) for t in tensors])

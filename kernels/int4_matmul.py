@@ -64,6 +64,7 @@ from kernels.common import (
     cdiv,
     interpreted,
     needs_bf16_rounding,
+    no_launch,
     round_to_bf16,
     signature,
     sm_count,
@@ -324,10 +325,6 @@ def int4_matmul(
     launch(a, w, scales, zeros, c)
 
 
-def _nothing(a, w, scales, zeros, c) -> None:
-    pass
-
-
 def _empty_sum(a, w, scales, zeros, c) -> None:
     c.zero_()  # K = 0: an empty sum, and no tensor to read from
 
@@ -343,7 +340,7 @@ def _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m):
     m, k = a.shape
     n = w.shape[0]
     if m == 0 or n == 0:
-        return _nothing
+        return no_launch
     if k == 0:
         return _empty_sum
     interp = interpreted(a)

@@ -22,13 +22,16 @@ import triton.language as tl
 
 from kernels.common import (
     CachedAutotune,
+    Plans,
     cdiv,
     cuda_capability,
     interpreted,
     load_cuda_extension,
     needs_bf16_rounding,
     next_power_of_2,
+    no_launch,
     round_to_bf16,
+    signature,
     sm_count,
 )
 from kernels.fastlaunch import FastLaunch
@@ -256,8 +259,21 @@ def check_operands(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torc
                          f"b {tuple(b.shape)}, bias {tuple(bias.shape)}, c {tuple(c.shape)}")
 
 
+_PLANS = Plans()
+
+
 def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
     """Triton GEMM ``c = act(a @ b.T + bias)``; any strides."""
+    sig = (signature(a, b, bias, c), type(epilogue), epilogue)
+    launch = _PLANS.get(sig)
+    if launch is None:
+        launch = _PLANS.keep(sig, plan(a, b, bias, c, epilogue))
+    launch(a, b, bias, c)
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str):
+    """Checks the operands and works out the launch :func:`matmul` makes for their signature:
+    ``launch(a, b, bias, c)`` (kernels.common.Plans)."""
     check_operands(a, b, bias, c)
     code = epilogue_code(epilogue)
     if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
@@ -265,29 +281,32 @@ def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Ten
     m, k = a.shape
     n = b.shape[0]
     if m == 0 or n == 0:
-        return
-    split_ok = splits_k(m, n, k)
+        return no_launch
     interp = interpreted(a)
-    if split_ok or interp:  # under the interpreter a split of 2 where K has two blocks, so CPU runs check it
-        ws, cnt = scratch(a.device, max(_SPLITS) * m * n, cdiv(m, 16) * cdiv(n, 16))
-    else:
-        ws, cnt = unused(a.device)
-    args = (a, b, bias, c, ws, cnt, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0),
-            c.stride(0), c.stride(1))
+    # under the interpreter a split of 2 where K has two blocks, so CPU runs check it
+    split_ok = splits_k(m, n, k) or interp
+    partials, tiles = max(_SPLITS) * m * n, cdiv(m, 16) * cdiv(n, 16)
+    scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), bias.stride(0), c.stride(0), c.stride(1))
     if interp:  # one large tile, no autotuning (it would time nothing)
         cfg = MatmulConfig.interpreted(m, n, k)
         split = 2 if m <= _SPLIT_M[1] and k > cfg.block_k else 1
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n), _splits(k, cfg.block_k, split))
-        _matmul_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                             GROUP_M=cfg.group_m, EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
-                             UPCAST_DOT=a.dtype == torch.bfloat16, SPLIT_K=split, num_warps=cfg.num_warps,
-                             num_stages=cfg.num_stages)  # fmt: skip
-        return
+        launcher = _matmul_kernel
+        kwargs = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                      EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c), UPCAST_DOT=a.dtype == torch.bfloat16,
+                      SPLIT_K=split, num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+    else:
+        launcher = _matmul_launch
+        kwargs = dict(EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
 
-    def grid(meta):
-        tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
-        return (tiles, _splits(k, meta["BLOCK_K"], meta.get("SPLIT_K", 1)))
-    _matmul_launch[grid](*args, EPILOGUE=code, RNE_BF16=False, UPCAST_DOT=False)
+        def grid(meta):
+            tiles = cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"])
+            return (tiles, _splits(k, meta["BLOCK_K"], meta.get("SPLIT_K", 1)))
+
+    def launch(a, b, bias, c):
+        ws, cnt = scratch(a.device, partials, tiles) if split_ok else unused(a.device)
+        launcher[grid](a, b, bias, c, ws, cnt, *scalars, **kwargs)
+    return launch
 
 
 def _splits(k: int, block_k: int, split_k: int) -> int:

@@ -41,7 +41,8 @@ from kernels.common import (
     sm_count,
 )
 from kernels.fastlaunch import FastLaunch
-from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile, matmul
+from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile
+from kernels.matmul import plan as pointer_plan
 
 try:  # Triton 3.4+ (the GPU machine's 3.6 and the newest both have it)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -176,11 +177,12 @@ _persistent_autotuned = triton.autotune(
 _persistent_launch = CachedAutotune(_persistent_autotuned)
 _persistent_fast = FastLaunch(_persistent_kernel)
 
-# A GPU call's plan, per call signature, once the autotuner has picked for it: the boxes, the grid and every
-# keyword of the launch. A later call with the same signature (shapes, strides, dtypes, the operands' 16-byte
-# alignment, device, epilogue) would pass the same checks, take the same route and get the same config, so it
-# skips them and the autotuner's key and pre-hook: builds its three descriptors and launches. On the H100, before
-# this, the launcher's Python was 33 us of its 57 us a call at 4096^3 (bench/gpu_launch_paths.py).
+# A call's plan, per call signature (shapes, strides, dtypes, the operands' 16-byte alignment, device,
+# epilogue): the pointer kernel's (kernels/matmul.py) where this path does not take the operands; on a GPU, once
+# the autotuner has picked, the boxes, the grid and every keyword of the TMA launch. A later call with that
+# signature would pass the same checks, take the same route and get the same config, so it skips them and the
+# autotuner's key and pre-hook: builds its three descriptors and launches. On the H100 the launcher's Python had
+# been 33 us of its 57 us a call at 4096^3 (bench/gpu_launch_paths.py; reports/h100/README.md).
 _PLANS = Plans()
 
 
@@ -243,21 +245,21 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
 
 def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
     """``c = act(a @ b.T + bias)``: the persistent TMA kernel where :func:`takes` allows, else kernels.matmul's."""
-    sig = _signature(a, b, bias, c, epilogue) if a.is_cuda else None
-    plan = _PLANS.get(sig) if sig is not None else None
-    if plan is not None:
-        plan(a, b, bias, c)
+    sig = _signature(a, b, bias, c, epilogue)
+    launch = _PLANS.get(sig)
+    if launch is not None:
+        launch(a, b, bias, c)
         return
     check_operands(a, b, bias, c)
     code = epilogue_code(epilogue)
-    if not takes(a, b, c):
-        matmul(a=a, b=b, bias=bias, c=c, epilogue=code)
+    if not takes(a, b, c):  # the pointer kernel's plan (kernels/matmul.py)
+        _PLANS.keep(sig, pointer_plan(a, b, bias, c, code))(a, b, bias, c)
         return
     constexprs = dict(EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
                       UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)
     cfg = launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0],
                             a.shape[1], bias.stride(0), **constexprs)
-    if cfg is not None and sig is not None:
+    if cfg is not None:  # a GPU launch: planned once the autotuner has picked
         _PLANS.keep(sig, _planned(cfg, a, b, constexprs))
 
 

@@ -89,3 +89,31 @@ def test_past_capacity_new_signatures_are_planned_every_call():
     kept = Plans(capacity=1)
     assert kept.keep(("a",), 1) == 1 and kept.keep(("b",), 2) == 2
     assert ("a",) in kept and ("b",) not in kept and len(kept) == 1
+
+
+@pytest.mark.parametrize("module", ["matmul", "matmul_tma"])
+def test_the_gemms_plan_each_signature_once_and_replay_it_bitwise(monkeypatch, module):
+    """matmul's pointer kernel, and matmul_tma's route to it for operands TMA cannot take (a transposed b)."""
+    import importlib
+
+    from kernels import matmul as mm
+
+    mod = importlib.import_module(f"kernels.{module}")
+    fresh = Plans()
+    monkeypatch.setattr(mm, "_PLANS", Plans())
+    monkeypatch.setattr(mod, "_PLANS", fresh)
+    launch = mod.matmul if module == "matmul" else mod.matmul_tma
+    outs = []
+    for seed in (1, 2, 2):
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(17, 64, generator=g).bfloat16()
+        b = torch.randn(64, 48, generator=g).bfloat16().t()  # [N, K] with unit stride along N: not TMA's
+        bias = torch.randn(48, generator=g).bfloat16()
+        c = torch.full((17, 48), float("nan"), dtype=torch.bfloat16)
+        launch(a=a, b=b, bias=bias, c=c, epilogue=3)
+        outs.append(c)
+    assert len(fresh) == 1 and torch.equal(outs[1], outs[2]) and not torch.equal(outs[0], outs[1])
+    fresh._plans.clear()
+    c = torch.empty_like(outs[2])
+    launch(a=a, b=b, bias=bias, c=c, epilogue=3)  # planned afresh
+    assert torch.equal(c, outs[2])
