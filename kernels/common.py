@@ -105,9 +105,11 @@ def no_launch(*operands) -> None:
     """The plan of a call with nothing to compute (an empty output)."""
 
 
-def signature(*tensors: torch.Tensor) -> tuple:
-    """What a plan may depend on of each tensor: shape, strides, dtype, device, address modulo 16."""
-    return tuple([(t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15) for t in tensors])
+def signature(*tensors: torch.Tensor | None) -> tuple:
+    """What a plan may depend on of each tensor: shape, strides, dtype, device, address modulo 16 (None for an
+    optional tensor not given)."""
+    return tuple([None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+                  for t in tensors])
 
 
 def _on_cuda(args) -> bool:

@@ -22,7 +22,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, interpreted, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.common import (
+    Plans,
+    cdiv,
+    interpreted,
+    needs_bf16_rounding,
+    next_power_of_2,
+    no_launch,
+    round_to_bf16,
+    signature,
+)
 from kernels.fastlaunch import FastLaunch
 
 # Same problem shape as RMSNorm (a row reduction, then a row-wise scale), so RMSNorm's launch heuristic where
@@ -156,28 +165,46 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 _layernorm_launch = FastLaunch(_layernorm_kernel)
 
 
+_PLANS = Plans()
+
+
 def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, eps: float,
               has_bias: bool, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None) -> None:
     """Triton LayerNorm; any strides on x, weight, bias and out. ``bias`` is not read (and may be None) unless
     ``has_bias``. Given ``mean`` and ``rstd`` (fp32 ``[tokens]``, any stride), it writes each row's statistics
     there too, for :func:`layernorm_bwd`."""
+    sig = (signature(x, weight, bias, out, mean, rstd), bool(has_bias))
+    launch = _PLANS.get(sig)
+    if launch is None:
+        launch = _PLANS.keep(sig, _plan(x, weight, bias, out, has_bias, mean, rstd))
+    launch(x, weight, bias, out, mean, rstd, eps)
+
+
+def _empty_stats(x, weight, bias, out, mean, rstd, eps) -> None:
+    mean.fill_(float("nan"))  # an empty row's mean and variance: 0 / 0, as torch's
+    rstd.fill_(float("nan"))
+
+
+def _plan(x, weight, bias, out, has_bias, mean, rstd):
+    """Checks the operands and works out the launch :func:`layernorm` makes for their signature (kernels.common.
+    Plans): ``launch(x, weight, bias, out, mean, rstd, eps)``."""
     _check_shapes(x, weight, bias, out, has_bias)
     stats = _check_stats(x, mean, rstd, "layernorm")
     n_rows, n_cols = x.shape
     if x.numel() == 0:
-        if stats:  # an empty row's mean and variance: 0 / 0, as torch's
-            mean.fill_(float("nan"))
-            rstd.fill_(float("nan"))
-        return
+        return _empty_stats if stats else no_launch
     cfg = forward_config(n_rows, n_cols, interpreted(x))
-    _layernorm_launch[(cdiv(n_rows, cfg.block_m),)](
-        x, weight, bias, out, mean, rstd, n_rows, n_cols,
-        x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
-        out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=bool(has_bias),
-        RNE_BF16=needs_bf16_rounding(out), STATS=stats,
-        EVEN=cfg.single_pass and n_cols == cfg.block_n and n_rows % cfg.block_m == 0, num_warps=cfg.num_warps,
-    )  # fmt: skip
+    grid = (cdiv(n_rows, cfg.block_m),)
+    scalars = (n_rows, n_cols, x.stride(0), x.stride(1), weight.stride(0), bias.stride(0) if has_bias else 0,
+               out.stride(0), out.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0)
+    kwargs = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=bool(has_bias),
+                  RNE_BF16=needs_bf16_rounding(out), STATS=stats,
+                  EVEN=cfg.single_pass and n_cols == cfg.block_n and n_rows % cfg.block_m == 0,
+                  num_warps=cfg.num_warps)  # fmt: skip
+
+    def launch(x, weight, bias, out, mean, rstd, eps):
+        _layernorm_launch[grid](x, weight, bias, out, mean, rstd, *scalars, eps, **kwargs)
+    return launch
 
 
 def _check_stats(x: torch.Tensor, mean: torch.Tensor | None, rstd: torch.Tensor | None, who: str) -> bool:

@@ -117,3 +117,24 @@ def test_the_gemms_plan_each_signature_once_and_replay_it_bitwise(monkeypatch, m
     c = torch.empty_like(outs[2])
     launch(a=a, b=b, bias=bias, c=c, epilogue=3)  # planned afresh
     assert torch.equal(c, outs[2])
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_layernorm_plans_a_signature_once_and_each_call_passes_its_own_eps(monkeypatch, stats):
+    from kernels import layernorm as ln
+
+    fresh = Plans()
+    monkeypatch.setattr(ln, "_PLANS", fresh)
+    x, w = torch.randn(6, 96).bfloat16(), torch.randn(96).bfloat16()
+    outs = []
+    for eps in (1e-5, 1e-5, 0.5):  # eps is an argument of each call, not of the plan
+        out = torch.empty_like(x)
+        mean, rstd = (torch.empty(6), torch.empty(6)) if stats else (None, None)
+        ln.layernorm(x=x, weight=w, bias=None, out=out, eps=eps, has_bias=False, mean=mean, rstd=rstd)
+        outs.append((out, rstd))
+    assert len(fresh) == 1 and torch.equal(outs[0][0], outs[1][0]) and not torch.equal(outs[0][0], outs[2][0])
+    fresh._plans.clear()
+    out = torch.empty_like(x)
+    ln.layernorm(x=x, weight=w, bias=None, out=out, eps=0.5, has_bias=False,
+                 mean=torch.empty(6) if stats else None, rstd=torch.empty(6) if stats else None)
+    assert torch.equal(out, outs[2][0])
