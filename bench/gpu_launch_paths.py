@@ -8,7 +8,8 @@ is): each launch's grid, stream, function, metadata and arguments, as Triton pas
 (the GPU kept busy behind a spin, as bench/gpu_host_profile.py measures it) is then taken four ways:
 
 - ``provider``: the shipped call, as the benchmark times it (kernels/fastlaunch.py replaying its launches);
-- ``through_triton``: the same call with that cache off, every launch through Triton's ``JITFunction.run``;
+- ``through_triton``: the same call with that cache off, every launch through Triton's ``JITFunction.run`` (a
+  launcher's plan per call signature, kernels/common.py's ``Plans``, still applies: its Python is not repeated);
 - ``jit``: each recorded launch again through ``JITFunction.run`` (Triton's binder, specialisation and cache
   lookup, its grid), without the launcher's own code;
 - ``direct``: each recorded launch straight to its launcher, nothing recomputed: the floor a launch cache keyed on
