@@ -51,7 +51,7 @@ class CachedAutotune:
         names = list(autotuned.arg_names)
         self._keys = [(names.index(k), k) for k in autotuned.keys]
         self._picked: dict[tuple, tuple] = {}  # key -> (config, its launch keyword arguments)
-        self._fast = FastLaunch(autotuned.fn)
+        self.fast = FastLaunch(autotuned.fn)  # the picked configs' launches
 
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
@@ -71,7 +71,7 @@ class CachedAutotune:
         cfg, cfg_kwargs = picked
         if cfg.pre_hook is not None:  # as Autotuner.run does before each launch: e.g. a TMA descriptor's box
             cfg.pre_hook({**dict(zip(self.autotuned.arg_names, args, strict=False)), **kwargs, **cfg_kwargs})
-        self._fast[grid](*args, **kwargs, **cfg_kwargs)
+        self.fast[grid](*args, **kwargs, **cfg_kwargs)
         return cfg
 
 

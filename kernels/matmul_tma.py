@@ -40,7 +40,6 @@ from kernels.common import (
     signature,
     sm_count,
 )
-from kernels.fastlaunch import FastLaunch
 from kernels.matmul import check_operands, epilogue_code, fused_epilogue, grouped_tile
 from kernels.matmul import plan as pointer_plan
 
@@ -175,7 +174,7 @@ _persistent_autotuned = triton.autotune(
     prune_configs_by={"early_config_prune": prune_boxes},
 )(_persistent_kernel)
 _persistent_launch = CachedAutotune(_persistent_autotuned)
-_persistent_fast = FastLaunch(_persistent_kernel)
+_persistent_fast = _persistent_launch.fast  # the bare kernel's launches, shared with the autotuner's replays
 
 # A call's plan, per call signature (shapes, strides, dtypes, the operands' 16-byte alignment, device,
 # epilogue): the pointer kernel's (kernels/matmul.py) where this path does not take the operands; on a GPU, once
@@ -226,9 +225,8 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
     (m, k), n = a.shape, b.shape[0]
     if interpreted(a):
         cfg = PersistentConfig.interpreted(m, n, k)
-        c_box = [cfg.block_m, cfg.block_n // 2 if cfg.subtile else cfg.block_n]
-        descs = (TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k]),
-                 TensorDescriptor.from_tensor(b, [cfg.block_n, cfg.block_k]), TensorDescriptor.from_tensor(c, c_box))
+        boxes = _boxes(cfg.as_triton().kwargs)
+        descs = [TensorDescriptor.from_tensor(t, box) for t, box in zip((a, b, c), boxes, strict=True)]
         tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
         kernel[(min(_INTERP_SMS, tiles),)](
             *descs, *args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M,

@@ -273,7 +273,7 @@ def test_a_picked_config_launches_through_fastlaunch_after_its_pre_hook(kernel):
             return kernel[grid]
 
     cached = CachedAutotune(Autotuned())
-    cached._fast = Watched(kernel)
+    cached.fast = Watched(kernel)
     calls = lambda: cached[(1,)](descriptor(torch.zeros(8, 16), [1, 1]), torch.zeros(4), 4)  # noqa: E731
     import kernels.common as common
     on_cuda, common._on_cuda = common._on_cuda, lambda args: True  # no CUDA tensor here: pick as on a GPU
