@@ -9,8 +9,9 @@ how Triton lowers ``max_num_imprecise_acc``: the fp32 adds follow the wgmma in t
 Written as ``acc += tl.dot(a, b)`` (a fresh accumulator per K block, one block's products = the promotion
 interval), Triton ends the group with its own wait and ptxas neither serialises nor injects.
 
-Variants, each checked first against the fp32 dequantised reference with fp8_probe.py's bound (a variant that
-fails is recorded, not timed):
+Variants, each checked first against the fp32 dequantised reference with fp8_probe.py's bound, which is stricter
+than the spec's (a variant whose worst error over that bound exceeds ``torch._scaled_mm``'s own on the same inputs
+is recorded, not timed):
 * ``add``: the shipped pointer kernel with the promotion written out, per config (block m, n, k, warps, stages);
 * ``add_tma``: persistent over the SMs with host TMA descriptors, the same promotion, with and without Triton's
   ``warp_specialize`` on the K loop (a producer warp feeding the consumer warpgroups through shared memory:
@@ -102,8 +103,10 @@ def _fp8_add_tma_kernel(
 
 ADD_CONFIGS = ((128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 128, 64, 8, 4), (128, 128, 64, 8, 5),
                (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 256, 128, 8, 3))
-TMA_CONFIGS = ((128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (128, 128, 128, 8, 3, True),
-               (128, 128, 128, 8, 4, True), (128, 128, 64, 8, 5, True), (128, 128, 128, 4, 3, True))
+# (128, 128, 128, 4, 3, True) failed to compile in Triton 3.6 (NVGPUWarpSpecialization: descriptor_store's block
+# and tensor types differ), so it is left out
+TMA_CONFIGS = ((128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (128, 128, 64, 8, 5, False),
+               (128, 128, 128, 8, 3, True), (128, 128, 128, 8, 4, True), (128, 128, 64, 8, 5, True))
 
 
 def _stride(scale):
@@ -194,9 +197,13 @@ def run_gpu(out: dict, budget_s: float) -> None:
 
     cfg = TimingConfig(min_samples=10, max_samples=200, min_time_s=0.1, timeout_s=4.0)
     t0 = time.monotonic()
-    print("== accuracy (worst err / bound; a variant over 1 at any shape is not timed)", flush=True)
+    print("== accuracy (worst err / bound; a variant over _scaled_mm's own, or over 1 where that is below 1, at "
+          "any shape is not timed)", flush=True)
+    floor = {}
     for m, n, k, per_row in ACCURACY:
         a, b, sa, sb = inputs(m, n, k, per_row, "cuda", seed=k)
+        floor[f"M={m} N={n} K={k}"] = max(1.0, worst_over_bound(scaled_mm(a, b, sa, sb), a, b, sa, sb))
+        out["accuracy"][f"scaled_mm M={m} N={n} K={k}"] = floor[f"M={m} N={n} K={k}"]
         for name, fn in variants(a, b, sa, sb).items():
             key = f"{name} M={m} N={n} K={k}"
             try:
@@ -206,7 +213,8 @@ def run_gpu(out: dict, budget_s: float) -> None:
                 out["accuracy"][key] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"{key:60s} {out['accuracy'][key]}", flush=True)
     ok = {name for name in variants(*inputs(16, 16, 128, 0, "cuda")) if all(
-        isinstance(v, float) and v <= 1 for key, v in out["accuracy"].items() if key.split(" M=")[0] == name)}
+        isinstance(v, float) and v <= floor["M=" + key.split(" M=")[1]] for key, v in out["accuracy"].items()
+        if key.split(" M=")[0] == name)}
     print("== timing (median us; ratio to torch._scaled_mm)", flush=True)
     for m, n, k, per_row in SHAPES:
         a, b, sa, sb = inputs(m, n, k, per_row, "cuda")
