@@ -11,6 +11,11 @@ long K the error grows (DeepSeek-V3's report measured about 14 bits kept). As cu
 accumulation flag (``torch._scaled_mm``'s default), the kernel promotes every ``BLOCK_K`` products into an fp32
 accumulator (``max_num_imprecise_acc``); ``fast_accum=True`` accumulates the whole K in the instruction's own
 accumulator instead, the trade vLLM's fast path makes.
+
+Two kernels. Large M on sm_90+, with every operand TMA-ready (16-byte aligned rows), goes to a persistent TMA
+kernel that promotes once per 128-deep block, written out in the kernel (see TMA_CONFIGS for why and what it
+measured); everything else (decode, padded or unaligned rows, sm_89, ``promote_every``) to the pointer kernel,
+which promotes every 64 products through Triton's ``max_num_imprecise_acc``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import triton.language as tl
 from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
 from kernels.fastlaunch import FastLaunch
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
+from kernels.matmul_tma import PersistentConfig, descriptor_path, launch_persistent, prune_boxes
 
 _GROUP_M = 8
 
@@ -81,6 +87,72 @@ def _matmul_fp8_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
 
+# Large M on sm_90+ (kernels.matmul_tma's rule): persistent over the SMs, operands fed by TMA, and the promotion
+# written out as ``acc += tl.dot(a, b)``: each 128-deep block's products summed in the instruction's accumulator
+# (a fresh one per block), then added into the fp32 total. Triton ends each block's wgmma group with its own wait
+# before the add. Through max_num_imprecise_acc instead, the adds sit inside the asynchronous group: compiled for
+# sm_90, ptxas serialises every wgmma of the kernel for that at an interval of 64 (its warning C7514) and injects
+# a wait at 128 (C7517). On the H100 (reports/h100/experiments/fp8-overlap/) this kernel at 4 stages ran 0.68x
+# _scaled_mm at 4096^3 and 0.74-0.77x at the larger shapes, where the pointer kernel ran 0.57-0.62x, with an
+# error no larger than _scaled_mm's own. A 128 x 128 x 128 stage is 32 KiB of e4m3, so 5 stages and c's 32 KiB
+# staging tile, or 6 with it stored in halves, still fit 227 KiB.
+TMA_CONFIGS = (
+    PersistentConfig(128, 128, 128, 8, 4, False),
+    PersistentConfig(128, 128, 128, 8, 5, False),
+    PersistentConfig(128, 128, 128, 8, 6, True),
+)
+# The products per promotion on that path: one block (the configs above all have BLOCK_K = 128).
+TMA_PROMOTE_EVERY = 128
+
+
+@triton.jit
+def _scaled(acc, sa, sb_ptr, offs_n, N, stride_sb, RNE_BF16: tl.constexpr):
+    sb = tl.load(sb_ptr + offs_n * stride_sb, mask=offs_n < N, other=0.0)
+    acc = acc * sa[:, None] * sb[None, :]
+    if RNE_BF16:
+        acc = round_to_bf16(acc)
+    return acc
+
+
+@triton.jit
+def _fp8_persistent_kernel(
+    a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, stride_sa, stride_sb,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, RNE_BF16: tl.constexpr, PROMOTE: tl.constexpr,
+):  # fmt: skip
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=False):
+        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(tl.cdiv(K, BLOCK_K)):  # TMA zero-fills past M, N and K: no masks
+            a = a_desc.load([off_m, ki * BLOCK_K])
+            b = b_desc.load([off_n, ki * BLOCK_K])
+            if PROMOTE:
+                acc += tl.dot(a, b.T)
+            else:  # the whole K in the instruction's accumulator (fast_accum)
+                acc = tl.dot(a, b.T, acc)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        sa = tl.load(sa_ptr + offs_m * stride_sa, mask=offs_m < M, other=0.0)
+        if EPILOGUE_SUBTILE:
+            acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            offs_n0 = off_n + tl.arange(0, BLOCK_N // 2)
+            acc0 = _scaled(acc0, sa, sb_ptr, offs_n0, N, stride_sb, RNE_BF16)
+            c_desc.store([off_m, off_n], acc0.to(c_desc.dtype))
+            acc1 = _scaled(acc1, sa, sb_ptr, offs_n0 + BLOCK_N // 2, N, stride_sb, RNE_BF16)
+            c_desc.store([off_m, off_n + BLOCK_N // 2], acc1.to(c_desc.dtype))  # TMA clips past M and N
+        else:
+            acc = _scaled(acc, sa, sb_ptr, off_n + tl.arange(0, BLOCK_N), N, stride_sb, RNE_BF16)
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+_fp8_persistent_launch = CachedAutotune(triton.autotune(
+    configs=[c.as_triton() for c in TMA_CONFIGS], key=["M", "N", "K", "PROMOTE"],
+    prune_configs_by={"early_config_prune": prune_boxes},
+)(_fp8_persistent_kernel))
+
+
 def _prune(configs, named_args, **kwargs):
     """kernels.matmul's pruning, and no block shallower than the promotion interval: Triton promotes within one
     dot, so a BLOCK_K below the interval would accumulate the whole K in the instruction's accumulator."""
@@ -118,7 +190,8 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     """Triton FP8 GEMM ``c = (a @ b.T) * scale_a * scale_b.T``; a and b K-major (any row stride).
 
     ``promote_every`` (a tuning experiment: reports/h200/experiments/fp8/fp8_probe.py --promote) replaces the
-    products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32."""
+    products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32; it always
+    runs the pointer kernel."""
     if promote_every is not None and (promote_every <= 0 or promote_every % 32):
         raise ValueError(f"matmul_fp8: promote_every {promote_every} must be a positive multiple of 32")
     if promote_every is not None and fast_accum:
@@ -137,6 +210,11 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
         return
     args = (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             stride_sa, stride_sb, c.stride(0), c.stride(1))
+    if promote_every is None and descriptor_path(a, b, c, TMA_CONFIGS):
+        launch_persistent(_fp8_persistent_kernel, _fp8_persistent_launch, a, b, c, scale_a, scale_b, m, n, k,
+                          stride_sa, stride_sb, RNE_BF16=needs_bf16_rounding(c) and interpreted(a),
+                          PROMOTE=not fast_accum)
+        return
     if interpreted(a):  # one large tile, no autotuning; the interpreter's dot is exact fp32
         cfg = MatmulConfig.interpreted(m, n, k)
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
