@@ -29,6 +29,9 @@ whose first three calls each made no launch or several (an autotuner benchmarks 
 Python run per launch (pre-run hooks, autotune configs' pre_hooks, heuristics), and every call while
 a launch hook is registered (a profiler such as proton sees every launch as Triton makes it). The cache holds
 at most ``capacity`` keys per kernel; past that, new keys launch through ``kernel``.
+
+``pinned(grid, **kwargs)`` is for a caller that already knows its calls share a key (a plan per call signature,
+kernels.common.Plans): its launch is found by the current device and stream alone, the key not rebuilt per call.
 """
 
 from __future__ import annotations
@@ -91,6 +94,13 @@ def _hooked(kernel) -> bool:
             return True
         kernel = getattr(kernel, "autotuned", None) or getattr(kernel, "fn", None)
     return False
+
+
+def _hooks_set(runtime) -> bool:
+    """Whether a launch hook is registered (None, or from Triton 3.5 an empty HookChain, is none)."""
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (enter is not None and getattr(enter, "calls", True)) or \
+        (leave is not None and getattr(leave, "calls", True))
 
 
 _TENSOR = torch.Tensor
@@ -176,10 +186,8 @@ class FastLaunch:
     def _key(self, grid, args: tuple, kwargs: dict) -> tuple | None:
         """None while a launch hook is set: every launch then goes through Triton, for the hook to see."""
         device_of, stream_of, _, runtime = self._backend or self._resolve()
-        enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-        if (enter is not None and getattr(enter, "calls", True)) or \
-                (leave is not None and getattr(leave, "calls", True)):
-            return None  # (None, or from Triton 3.5 an empty HookChain, does nothing)
+        if _hooks_set(runtime):
+            return None
         # The type beside each value: True == 1 == 1.0 as keys, not as kernel arguments. Exact type tests first:
         # isinstance against torch.Tensor goes through its metaclass, a third of the key's time on a CPU.
         parts = tuple([(a.dtype, a.data_ptr() & 15 == 0, a.is_cuda) if type(a) is _TENSOR
@@ -194,6 +202,38 @@ class FastLaunch:
         active = driver.active
         self._backend = (active.get_current_device, active.get_current_stream, active.launcher_cls, knobs.runtime)
         return self._backend
+
+    # ------------------------------------------------------------------------------------------ pinned calls
+
+    def pinned(self, grid: tuple, **kwargs) -> Callable[..., None]:
+        """``launch(*args)``, the same as ``self[grid](*args, **kwargs)``, for a caller whose every call passes
+        arguments with the same key (a plan per call signature, kernels.common.Plans: its scalars fixed, its
+        tensors' dtypes and alignment in the signature; a float may change, Triton keys it by type only). The
+        kept launch is looked up by the current device and stream alone, not by a key rebuilt from the arguments
+        on every call. Launch hooks and KH_FAST_LAUNCH are honoured as for any call."""
+        kept_at: dict[tuple, tuple] = {}
+
+        def launch(*args):
+            if self._kept and ENABLED:  # something kept: a GPU, whose backend _resolve has read
+                device_of, stream_of, _, runtime = self._backend
+                if not _hooks_set(runtime):
+                    device = device_of()
+                    kept = kept_at.get((device, stream_of(device)))
+                    if kept is not None:
+                        launcher, prefix, tail = kept
+                        launcher(*prefix, *args, *tail)
+                        return
+            self._launch(grid, *args, **kwargs)
+            if self._kept and ENABLED and len(kept_at) < 8:  # (streams per device: a handful in practice)
+                key = self._key(grid, args, kwargs)
+                try:
+                    kept = None if key is None else self._kept.get(key)
+                except TypeError:  # an unhashable keyword value: never kept
+                    kept = None
+                if kept is not None:
+                    kept_at[key[:2]] = kept
+
+        return launch
 
     # ------------------------------------------------------------------------------------- keeping a launch
 

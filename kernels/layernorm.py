@@ -202,8 +202,10 @@ def _plan(x, weight, bias, out, has_bias, mean, rstd):
                   EVEN=cfg.single_pass and n_cols == cfg.block_n and n_rows % cfg.block_m == 0,
                   num_warps=cfg.num_warps)  # fmt: skip
 
+    fast = _layernorm_launch.pinned(grid, **kwargs)  # the signature fixes every key part but eps, a float
+
     def launch(x, weight, bias, out, mean, rstd, eps):
-        _layernorm_launch[grid](x, weight, bias, out, mean, rstd, *scalars, eps, **kwargs)
+        fast(x, weight, bias, out, mean, rstd, *scalars, float(eps))
     return launch
 
 

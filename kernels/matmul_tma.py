@@ -282,7 +282,8 @@ def _planned(cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, constexprs:
         d.base = base
         return d
 
+    fast = _persistent_fast.pinned(grid, **kwargs)  # the signature fixes every key part: kept per stream
+
     def launch(a, b, bias, c):
-        _persistent_fast[grid](rebased(da, a), rebased(db, b), rebased(dc, c), bias, m, n, k, bias.stride(0),
-                               **kwargs)
+        fast(rebased(da, a), rebased(db, b), rebased(dc, c), bias, m, n, k, bias.stride(0))
     return launch

@@ -42,6 +42,7 @@ class StandIn:
         self.knobs, self.launcher, self.through_kernel = knobs, Launcher(), 0
         self.launches_per_call, self.copies_args, self.pre_run_hooks = launches_per_call, copies_args, []
         self.first_call_launches = first_call_launches or launches_per_call
+        self.stream = 7  # the current stream, as the backend of Watched below reports it
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
@@ -52,7 +53,7 @@ class StandIn:
             bound.append(kwargs.get("BLOCK", 64))
             rt = self.knobs.runtime
             for _ in range(self.first_call_launches if self.through_kernel == 1 else self.launches_per_call):
-                self.launcher(*g, 7, "function", "packed", {"lazy": "metadata"}, rt.launch_enter_hook,
+                self.launcher(*g, self.stream, "function", "packed", {"lazy": "metadata"}, rt.launch_enter_hook,
                               rt.launch_exit_hook, *bound)
 
         return run
@@ -362,3 +363,40 @@ def test_descriptor_replays_on_the_gpu_are_bitwise_those_of_triton():
         torch.cuda.synchronize()
         assert torch.equal(got, want) and torch.equal(want, x * 0.5)
     assert len(launch._kept) == 2 and not launch._misses  # grids of 4 and 16 programs: two keys
+
+
+def test_a_pinned_launch_is_kept_per_stream_and_replayed_with_each_calls_arguments(kernel):
+    launch = Watched(kernel)
+    pinned = launch.pinned((4,), BLOCK=32)
+    pinned(torch.zeros(8), torch.ones(8), 8)
+    x, y = torch.zeros(8), torch.ones(8)
+    pinned(x, y, 8)
+    assert kernel.through_kernel == 1
+    assert Launcher.calls[-1][9] is x and Launcher.calls[-1][10] is y and Launcher.calls[-1][11:] == (8, 32)
+    runtime = kernel.knobs.runtime
+    kernel.stream = 8  # another stream: launched, then kept
+    launch._backend = (lambda: 0, lambda device: 8, Launcher, runtime)
+    pinned(x, y, 8)
+    pinned(x, y, 8)
+    assert kernel.through_kernel == 2 and Launcher.calls[-1][3] == 8
+    kernel.stream = 7
+    launch._backend = (lambda: 0, lambda device: 7, Launcher, runtime)
+    pinned(x, y, 8)
+    assert kernel.through_kernel == 2 and Launcher.calls[-1][3] == 7
+
+
+def test_a_pinned_launch_goes_through_triton_while_a_hook_is_set_or_fastlaunch_is_off(kernel, monkeypatch):
+    from kernels import fastlaunch
+
+    pinned = Watched(kernel).pinned((4,), BLOCK=32)
+    pinned(torch.zeros(8), torch.ones(8), 8)
+    kernel.knobs.runtime.launch_enter_hook.calls.append(print)
+    pinned(torch.zeros(8), torch.ones(8), 8)
+    assert kernel.through_kernel == 2
+    kernel.knobs.runtime.launch_enter_hook.calls.clear()
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    pinned(torch.zeros(8), torch.ones(8), 8)
+    assert kernel.through_kernel == 3
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    pinned(torch.zeros(8), torch.ones(8), 8)
+    assert kernel.through_kernel == 3
