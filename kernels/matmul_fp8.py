@@ -24,10 +24,19 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import CachedAutotune, cdiv, interpreted, needs_bf16_rounding, round_to_bf16
+from kernels.common import (
+    CachedAutotune,
+    Plans,
+    cdiv,
+    interpreted,
+    needs_bf16_rounding,
+    no_launch,
+    round_to_bf16,
+    signature,
+)
 from kernels.fastlaunch import FastLaunch
 from kernels.matmul import MatmulConfig, grouped_tile, prune_configs
-from kernels.matmul_tma import PersistentConfig, descriptor_path, launch_persistent, prune_boxes
+from kernels.matmul_tma import PersistentConfig, descriptor_path, launch_persistent, persistent_plan, prune_boxes
 
 _GROUP_M = 8
 
@@ -192,6 +201,24 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     ``promote_every`` (a tuning experiment: reports/h200/experiments/fp8/fp8_probe.py --promote) replaces the
     products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32; it always
     runs the pointer kernel."""
+    sig = (signature(a, b, scale_a, scale_b, c), bool(fast_accum), promote_every)
+    launch = _PLANS.get(sig)
+    if launch is None:
+        launch = _plan(sig, a, b, scale_a, scale_b, c, bool(fast_accum), promote_every)
+        if launch is None:  # launched already (the TMA route's first call of a signature: autotuning)
+            return
+        _PLANS.keep(sig, launch)
+    launch(a, b, scale_a, scale_b, c)
+
+
+# A call's plan per call signature (kernels.common.Plans): the checks, the route, the grid and every scalar
+# argument worked out once. The TMA route is planned after its first call, once the autotuner has picked.
+_PLANS = Plans()
+
+
+def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool, promote_every: int | None):
+    """Checks the operands and returns ``launch(a, b, scale_a, scale_b, c)`` for their signature, or None where it
+    launched the TMA route itself (planned then from the autotuner's pick)."""
     if promote_every is not None and (promote_every <= 0 or promote_every % 32):
         raise ValueError(f"matmul_fp8: promote_every {promote_every} must be a positive multiple of 32")
     if promote_every is not None and fast_accum:
@@ -207,28 +234,36 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     m, k = a.shape
     n = b.shape[0]
     if m == 0 or n == 0:
-        return
-    args = (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            stride_sa, stride_sb, c.stride(0), c.stride(1))
+        return no_launch
     if promote_every is None and descriptor_path(a, b, c, TMA_CONFIGS):
-        launch_persistent(_fp8_persistent_kernel, _fp8_persistent_launch, a, b, c, scale_a, scale_b, m, n, k,
-                          stride_sa, stride_sb, RNE_BF16=needs_bf16_rounding(c) and interpreted(a),
-                          PROMOTE=not fast_accum)
-        return
+        tail = (m, n, k, stride_sa, stride_sb)
+        constexprs = dict(RNE_BF16=needs_bf16_rounding(c) and interpreted(a), PROMOTE=not fast_accum)
+        cfg = launch_persistent(_fp8_persistent_kernel, _fp8_persistent_launch, a, b, c, scale_a, scale_b, *tail,
+                                **constexprs)
+        if cfg is not None:  # a GPU launch
+            persistent = persistent_plan(_fp8_persistent_launch.fast, cfg, a, b, c, constexprs)
+            _PLANS.keep(sig, lambda a, b, scale_a, scale_b, c: persistent(a, b, c, scale_a, scale_b, *tail))
+        return None
+    scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_sa, stride_sb, c.stride(0),
+               c.stride(1))
     if interpreted(a):  # one large tile, no autotuning; the interpreter's dot is exact fp32
         cfg = MatmulConfig.interpreted(m, n, k)
         grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
-        _matmul_fp8_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                                 GROUP_M=cfg.group_m, RNE_BF16=needs_bf16_rounding(c), IMPRECISE_ACC=None,
-                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return
+        launcher = _matmul_fp8_kernel
+        kwargs = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                      RNE_BF16=needs_bf16_rounding(c), IMPRECISE_ACC=None, num_warps=cfg.num_warps,
+                      num_stages=cfg.num_stages)  # fmt: skip
+    else:
+        def grid(meta):
+            return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+        launcher = _matmul_fp8_launch
+        # None: Triton's default on sm_90, the whole K in the instruction's accumulator; a number: promoted every
+        # that many products. The autotuner fills BLOCK_K, so the promotion interval is passed as one block.
+        kwargs = dict(RNE_BF16=False, IMPRECISE_ACC=None if fast_accum else promote_every or _PROMOTE_EVERY)
 
-    def grid(meta):
-        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
-    # None: Triton's default on sm_90, the whole K in the instruction's accumulator; a number: promoted every
-    # that many products. The autotuner fills BLOCK_K, so the promotion interval is passed as one block.
-    every = None if fast_accum else promote_every or _PROMOTE_EVERY
-    _matmul_fp8_launch[grid](*args, RNE_BF16=False, IMPRECISE_ACC=every)
+    def launch(a, b, scale_a, scale_b, c):
+        launcher[grid](a, b, scale_a, scale_b, c, *scalars, **kwargs)
+    return launch
 
 
 # Products per promotion into the fp32 accumulator: one 64-deep wgmma chunk pair, no more than the smallest

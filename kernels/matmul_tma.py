@@ -263,18 +263,29 @@ def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch
 
 def _planned(cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, constexprs: dict):
     """The launch the autotuner's pick ``cfg`` makes for these operands' signature."""
-    meta, sms = cfg.all_kwargs(), sm_count(a.device)
     (m, k), n = a.shape, b.shape[0]
-    grid, (box_a, box_b, box_c) = (_programs(m, n, sms, meta),), _boxes(meta)
-    kwargs = {**meta, **constexprs, "NUM_SMS": sms}
+    persistent = persistent_plan(_persistent_fast, cfg, a, b, c, constexprs)
 
+    def launch(a, b, bias, c):
+        persistent(a, b, c, bias, m, n, k, bias.stride(0))
+    return launch
+
+
+def persistent_plan(fast, cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, constexprs: dict):
+    """A persistent kernel's launch for the call signature of a, b and c once ``cfg`` is picked (what
+    :func:`launch_persistent` returned): ``launch(a, b, c, *args)``, the kernel's arguments after its three
+    descriptors being ``args``. ``fast`` is the bare kernel's FastLaunch (CachedAutotune.fast)."""
+    meta, sms = cfg.all_kwargs(), sm_count(a.device)
+    grid = (_programs(a.shape[0], b.shape[0], sms, meta),)
     # The descriptors of the planning call's operands, checked by TensorDescriptor there. A call of this signature
     # (same shapes, strides, dtypes and 16-byte alignment) differs only in its bases, so its descriptors are these
     # fields with its own bases, built without TensorDescriptor's per-call checks: under cProfile on an H100 those
     # took a quarter of the planned launch's host time. The fields hold no tensor (a plan keeps none).
     da, db, dc = ({f: v for f, v in vars(TensorDescriptor.from_tensor(t, box)).items() if f != "base"}
-                  for t, box in ((a, box_a), (b, box_b), (c, box_c)))
+                  for t, box in zip((a, b, c), _boxes(meta), strict=True))
     new = object.__new__
+    # the signature fixes every part of FastLaunch's key: the launch is kept per device and stream
+    pinned = fast.pinned(grid, **meta, **constexprs, NUM_SMS=sms)
 
     def rebased(fields, base):
         d = new(TensorDescriptor)
@@ -282,8 +293,6 @@ def _planned(cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, constexprs:
         d.base = base
         return d
 
-    fast = _persistent_fast.pinned(grid, **kwargs)  # the signature fixes every key part: kept per stream
-
-    def launch(a, b, bias, c):
-        fast(rebased(da, a), rebased(db, b), rebased(dc, c), bias, m, n, k, bias.stride(0))
+    def launch(a, b, c, *args):
+        pinned(rebased(da, a), rebased(db, b), rebased(dc, c), *args)
     return launch

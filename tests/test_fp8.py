@@ -124,3 +124,26 @@ def test_a_promotion_interval_keeps_only_blocks_at_least_that_deep():
     for bad in (0, 48, -32):
         with pytest.raises(ValueError, match="multiple of 32"):
             f8.matmul_fp8(a=a, b=a, scale_a=one, scale_b=one, c=torch.empty(1, 1), promote_every=bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="the FP8 TMA route and its plans: needs sm_90 or newer")
+def test_the_tma_routes_planned_calls_are_bitwise_its_autotuned_one():
+    from kernels import matmul_fp8 as f8
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1024, 512, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(384, 512, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sa = torch.rand(1024, 1, device="cuda", generator=g) + 0.25
+    sb = torch.rand(384, 1, device="cuda", generator=g) + 0.25
+    outs = []
+    for fast in (False, False, False, True, True):  # each signature's first call autotunes, the next are planned
+        c = torch.empty(1024, 384, device="cuda", dtype=torch.bfloat16)
+        f8.matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c, fast_accum=fast)
+        outs.append(c)
+    assert f8.descriptor_path(a, b, outs[0], f8.TMA_CONFIGS)
+    assert len([s for s in f8._PLANS._plans if s[0] == f8.signature(a, b, sa, sb, outs[0])]) == 2
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]) and torch.equal(outs[3], outs[4])
+    want = torch.empty(1024, 384, device="cuda")
+    f8.matmul_fp8_ref(a=a, b=b, scale_a=sa, scale_b=sb, c=want)
+    assert torch.allclose(outs[0].float(), want, rtol=1.6e-2, atol=1e-5 + 5e-4 * 512 ** 0.5)

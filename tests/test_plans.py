@@ -138,3 +138,37 @@ def test_layernorm_plans_a_signature_once_and_each_call_passes_its_own_eps(monke
     ln.layernorm(x=x, weight=w, bias=None, out=out, eps=0.5, has_bias=False,
                  mean=torch.empty(6) if stats else None, rstd=torch.empty(6) if stats else None)
     assert torch.equal(out, outs[2][0])
+
+
+def _fp8_operands(m, n, k, seed, per_row=True):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, generator=g).to(torch.float8_e4m3fn)
+    sa = torch.rand(m if per_row else 1, 1, generator=g) + 0.25
+    sb = torch.rand(n if per_row else 1, 1, generator=g) + 0.25
+    return a, b, sa, sb
+
+
+def test_matmul_fp8_plans_a_signature_once_and_replays_it_bitwise(monkeypatch):
+    """The pointer route (K = 72: rows not 16-byte aligned, so not TMA's) is planned on the CPU too."""
+    from kernels import matmul_fp8 as f8
+
+    fresh = Plans()
+    monkeypatch.setattr(f8, "_PLANS", fresh)
+    outs = []
+    for seed in (1, 2, 2):
+        a, b, sa, sb = _fp8_operands(20, 24, 72, seed)
+        c = torch.full((20, 24), float("nan"), dtype=torch.bfloat16)
+        f8.matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
+        outs.append(c)
+    assert len(fresh) == 1 and torch.equal(outs[1], outs[2]) and not torch.equal(outs[0], outs[1])
+    f8.matmul_fp8(a=a, b=b, scale_a=sa[:1], scale_b=sb[:1], c=torch.empty_like(c))  # per-tensor scales: a new plan
+    assert len(fresh) == 2
+    fresh._plans.clear()
+    c = torch.empty_like(outs[2])
+    f8.matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c)  # planned afresh
+    assert torch.equal(c, outs[2])
+    for _ in range(2):  # bad operands are never planned: they raise every time
+        with pytest.raises(ValueError, match="scale_a"):
+            f8.matmul_fp8(a=a, b=b, scale_a=sa[:3], scale_b=sb, c=c)
+    assert len(fresh) == 1
