@@ -45,6 +45,10 @@ class FlashAttentionConfig:
     num_warps: int
     num_stages: int
     pack: int  # q heads of one kv head that a program takes together (1: one q head per program)
+    # k and v blocks through TMA descriptors (sm_90+, fp16/bf16, a layout _kv_view accepts; else pointers): no
+    # [d, n] offset tiles held in registers, and the copies are asynchronous
+    tma: bool = False
+    warp_specialize: bool = False  # the key loop warp-specialised by Triton (TMA only)
 
     @classmethod
     @functools.lru_cache(maxsize=256)
@@ -83,20 +87,31 @@ class FlashAttentionConfig:
 
 
 @triton.jit
-def _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_kn, stride_vn, pos_q, lo, hi, seq_kv, diag,
-            qk_scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            INTERP_BF16: tl.constexpr):
+def _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_kn, stride_vn, k_desc, v_desc, k_row, k_col,
+            v_row, v_col, pos_q, lo, hi, seq_kv, diag, qk_scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+            CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERP_BF16: tl.constexpr, TMA: tl.constexpr,
+            WS: tl.constexpr):
     """Keys [lo, hi) into the running (acc, l_i, m_i); `lo` is a multiple of BLOCK_N. MASKED: the blocks
-    past the end of the keys or on the causal diagonal; otherwise every row sees every key of the range."""
+    past the end of the keys or on the causal diagonal; otherwise every row sees every key of the range.
+    TMA: k and v blocks from the descriptors' 2-D views (_kv_view), key j of this program's kv head at row
+    k_row + j (v_row + j), columns from k_col (v_col)."""
     offs_n = tl.arange(0, BLOCK_N)
     # scalar bases that advance plus int32 offset tiles: 64-bit pointer tiles would cost registers
     k_base += lo * stride_kn
     v_base += lo * stride_vn
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         if MASKED:
             cols = start_n + offs_n
             in_kv = cols < seq_kv
+        if TMA:
+            k = k_desc.load([k_row + start_n, k_col]).T
+            v = v_desc.load([v_row + start_n, v_col])
+            if MASKED:
+                # rows past seq_kv belong to the next head or sequence (zero only past the whole view): their
+                # scores are masked below, and their values zeroed so that an inf or NaN there cannot reach p @ v
+                v = tl.where(in_kv[:, None], v, 0.0)
+        elif MASKED:
             k = tl.load(k_base + k_offs, mask=in_kv[None, :], other=0.0)
             v = tl.load(v_base + v_offs, mask=in_kv[:, None], other=0.0)
         else:
@@ -137,8 +152,10 @@ def _flash_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, seq_q, seq_kv, n_head_blocks, group, pack, qk_scale,
     stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
+    k_desc, v_desc, k_rows_b, k_rows_h, k_cols_h, v_rows_b, v_rows_h, v_cols_h,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERP_BF16: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERP_BF16: tl.constexpr, TMA: tl.constexpr,
+    WS: tl.constexpr,
 ):  # fmt: skip
     # Causal programs run the longest (bottom) query blocks first, so the short ones fill the last wave.
     n_m = tl.num_programs(0)
@@ -180,12 +197,15 @@ def _flash_attention_kernel(
     else:
         unmasked_end = full_end
         end = seq_kv
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_ks, stride_vs, pos_q, 0,
-                            unmasked_end, seq_kv, diag, qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION,
-                            INTERP_BF16)
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_ks, stride_vs, pos_q,
-                            unmasked_end, end, seq_kv, diag, qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION,
-                            INTERP_BF16)
+    # the descriptors' views: one row stride per batch and per kv head, a column offset per kv head (_kv_view)
+    k_row, k_col = b * k_rows_b + kv_head * k_rows_h, kv_head * k_cols_h
+    v_row, v_col = b * v_rows_b + kv_head * v_rows_h, kv_head * v_cols_h
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_ks, stride_vs, k_desc, v_desc,
+                            k_row, k_col, v_row, v_col, pos_q, 0, unmasked_end, seq_kv, diag, qk_scale, BLOCK_N,
+                            False, CAUSAL, DOT_PRECISION, INTERP_BF16, TMA, WS)
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_base, v_base, k_offs, v_offs, stride_ks, stride_vs, k_desc, v_desc,
+                            k_row, k_col, v_row, v_col, pos_q, unmasked_end, end, seq_kv, diag, qk_scale, BLOCK_N,
+                            True, CAUSAL, DOT_PRECISION, INTERP_BF16, TMA, False)
 
     # rows that saw no key have l = 0 and acc = 0: they are written as 0
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -220,6 +240,43 @@ def _check_args(q, k, v, out) -> tuple[int, int, int, int, int, int]:
 _flash_attention_launch = FastLaunch(_flash_attention_kernel)
 
 
+def _kv_view(t: torch.Tensor) -> tuple[tuple[int, int], int, tuple[int, int, int]] | None:
+    """k or v [batch, heads, seq, d] as a 2-D TMA view: ((rows, cols), row stride, (rows per batch, rows per
+    head, columns per head)), so that key j of (batch b, head h) is row b * rb + h * rh + j from column h * ch.
+    Two layouts have one: heads-major ([b, h, s, d], rows padded or not), every head's keys stacked; and
+    sequence-major ([b, s, h, d] seen transposed, vLLM's), a row per position holding every head. None for any
+    other, or where TMA's rules (16-byte aligned base and row stride, unit stride along d) do not hold."""
+    from kernels.matmul_tma import TensorDescriptor
+
+    b, h, s, d = t.shape
+    sb, sh, ss, sd = t.stride()
+    size = t.element_size()
+    if TensorDescriptor is None or sd != 1 or (t.device.type != "meta" and t.data_ptr() % 16):
+        return None
+    if (h == 1 or sh == s * ss) and (b == 1 or sb == h * s * ss) and ss >= d:
+        stride, shape, steps = ss, (b * h * s, d), (h * s, s, 0)
+    elif (h == 1 or sh >= d) and (b == 1 or sb == s * ss) and ss >= (h - 1) * sh + d:
+        stride, shape, steps = ss, (b * s, (h - 1) * sh + d), (s, 0, sh)
+    else:
+        return None
+    return (shape, stride, steps) if (stride * size) % 16 == 0 else None
+
+
+def _kv_descriptors(k, v, cfg: FlashAttentionConfig):
+    """(k_desc, v_desc, k steps, v steps) for the TMA route, or None for the pointer one (pointers in the
+    descriptors' places)."""
+    if not cfg.tma or k.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    from kernels.matmul_tma import TensorDescriptor
+
+    views = [_kv_view(t) for t in (k, v)]
+    if None in views:
+        return None
+    descs = [TensorDescriptor(t, list(shape), [stride, 1], [cfg.block_n, t.shape[3]])
+             for t, (shape, stride, _) in zip((k, v), views, strict=True)]
+    return descs[0], descs[1], views[0][2], views[1][2]
+
+
 def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
                     config: FlashAttentionConfig | None = None, hopper: bool = False) -> None:
     """Write softmax(q k^T * sm_scale [causal mask, bottom-right]) v into `out`; any strides. `hopper`: take
@@ -237,12 +294,15 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         raise ValueError(f"flash_attention: config packs {cfg.pack} q heads, which does not divide {group}")
     n_head_blocks = heads_q // cfg.pack
     grid = (cdiv(seq_q * cfg.pack, cfg.block_m), batch * n_head_blocks)
+    tma = _kv_descriptors(k, v, cfg)
+    k_desc, v_desc, k_steps, v_steps = tma or (k, v, (0, 0, 0), (0, 0, 0))
     _flash_attention_launch[grid](
         q, k, v, out, seq_q, seq_kv, n_head_blocks, group, cfg.pack, float(sm_scale) * _LOG2E,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(), k_desc, v_desc, *k_steps, *v_steps,
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,  # fp32: exact, not tf32
-        INTERP_BF16=interpreted(q) and out.dtype == torch.bfloat16,
+        INTERP_BF16=interpreted(q) and out.dtype == torch.bfloat16, TMA=tma is not None,
+        WS=tma is not None and cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
