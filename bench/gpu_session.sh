@@ -28,6 +28,9 @@
 #             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
 #             and a direct replay of its recorded launches
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
+#   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
+#             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
+#             flash_attention benchmark (tarred) and its generated tests at the full tier
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -172,6 +175,19 @@ case "$what" in
         *) echo "liger: no step $step (known: tests bench matrix)" ;;
       esac
     done
+    ;;
+  fa-tma)
+    timeout "${PROBE_TIMEOUT:-300}" python3 reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma \
+      --out "$OUT" 2>&1 | tee "$OUT/sweep.log" | grep -v Warning | tail -40
+    if [ -n "${FA_BENCH:-}" ]; then
+      start=$SECONDS
+      timeout 240 python3 -m harness bench --kernel flash_attention --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" \
+        | tail -25
+      echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
+      tar -C "$OUT" -czf "$OUT/bench.tar.gz" bench && rm -rf "$OUT/bench"
+      timeout 200 python3 -m pytest specs --kernel flash_attention -q -rfEs -p no:cacheprovider --tier full 2>&1 \
+        | tee "$OUT/full-tier.log" | grep -vE '^[.sF]+( |$)' | tail -12
+    fi
     ;;
   timing-compute)
     timeout "${PROBE_TIMEOUT:-560}" python3 bench/gpu_timing_compute.py --out "$OUT" "$@" 2>&1 \
