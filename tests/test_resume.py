@@ -3,15 +3,18 @@ without redoing the cases that had finished."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.e2e import REPO, write_spec
+from harness.results.io import append_case
+from tests.e2e import REPO, case, write_spec
 
 BENCH = "".join(f"\n[[cases.bench]]\nrows = {r}\ncols = 512\n" for r in (64, 128, 256, 512, 1024, 2048))
 
@@ -54,6 +57,19 @@ def test_killed_bench_renders_partially_and_resumes(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] is True and len(results["cases"]) == 6
     by_id = {c["case_id"]: c for c in results["cases"]}
-    for case in finished:  # resumed, not re-measured: the very same raw samples
-        assert by_id[case["case_id"]]["samples_us"] == case["samples_us"]
+    for done_case in finished:  # resumed, not re-measured: the very same raw samples
+        assert by_id[done_case["case_id"]]["samples_us"] == done_case["samples_us"]
     assert not journal.exists()
+
+
+def test_a_partial_report_compares_the_providers_that_finished(tmp_path):
+    """The journal holds no speedups (the run attaches them at its end): the partial report works them out."""
+    journal = tmp_path / "run" / "cases.jsonl"
+    for c in (case(median=100.0), case(provider="torch", role="peer", median=150.0, seed=1)):
+        append_case(journal, dataclasses.replace(c, headline=True))
+    proc = subprocess.run([sys.executable, "-m", "harness", "report", str(journal), "--out", str(tmp_path / "r")],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    ratios = re.findall(r"\| ([0-9.]+)x\s\[", text)  # the summary's "vs torch" cell: 150 us over 100 us
+    assert "vs torch" in text and ratios and all(abs(float(r) - 1.5) < 0.01 for r in ratios), text

@@ -88,7 +88,7 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     from harness.report.render import render_report
 
-    results = load_any(args.results)
+    results = _with_speedups(load_any(args.results))
     out = Path(args.out) if args.out else Path(args.results).parent
     _folder_for_output(out, out)
     beside = Path(args.results).with_name("profile.json")  # the run's own profile, wherever the report goes
@@ -102,13 +102,25 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     from harness.results.pbexport import write_pytest_benchmark
 
-    results = load_any(args.results)
+    results = _with_speedups(load_any(args.results))
     out = Path(args.out)
     if out.is_dir():
         raise BadInput(f"--out {out}: is a folder; give the name of the file to write")
     _folder_for_output(out.parent, out)
     print(f"wrote {write_pytest_benchmark(results, out)}")
     return EXIT_OK
+
+
+def _with_speedups(results):
+    """An interrupted run's journal records each case as it finished, before any speedup could be worked out
+    (the run attaches them at its end): worked out here from the finished cases' samples, as the run would have."""
+    if results.complete:
+        return results
+    import dataclasses
+
+    from harness.bench.speedups import attach_speedups
+
+    return dataclasses.replace(results, cases=tuple(attach_speedups(list(results.cases))))
 
 
 def _folder_for_output(folder: Path, out: Path) -> None:
