@@ -27,6 +27,8 @@
 #             ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
 #             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
 #             and a direct replay of its recorded launches
+#   int4-cuda reports/h200/experiments/int4/cuda/int4_cuda_probe.py: the CUDA decode kernel checked, then swept
+#             against bf16 and the Triton launcher; then int4_matmul's generated tests at the full tier
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
@@ -213,6 +215,16 @@ case "$what" in
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest "${specs[@]}" -q -rfEs -p no:cacheprovider 2>&1 \
       | tee "$OUT/pytest-launch-specs.log" | grep -vE '^[.sF]+( |$)' | tail -15
     timeout "${LAUNCH_TIMEOUT:-240}" python3 bench/gpu_launch_paths.py --out "$OUT" 2>&1 | tee "$OUT/launch_paths.log"
+    ;;
+  int4-cuda)
+    start=$SECONDS
+    timeout "${PROBE_TIMEOUT:-300}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --out "$OUT" \
+      > "$OUT/int4_cuda_probe.log" 2>&1
+    echo "probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$OUT/int4_cuda_probe.log" | cut -c1-600 | tail -45
+    start=$SECONDS
+    timeout "${TEST_TIMEOUT:-150}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
+      --kernel int4_matmul 2>&1 | tee "$OUT/pytest-full-tier-int4.log" | grep -vE '^[.sF]+( |$)' | tail -20
+    echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-int4.log"
     ;;
   int4-check)
     start=$SECONDS

@@ -329,20 +329,25 @@ def _empty_sum(a, w, scales, zeros, c) -> None:
     c.zero_()  # K = 0: an empty sum, and no tensor to read from
 
 
-def _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m):
-    """Checks the operands and works out the launch :func:`int4_matmul` makes for their signature."""
+def checked_trivial(a, w, scales, zeros, c, name: str = "int4_matmul"):
+    """Checks the operands (errors named after the launcher ``name``); the plan of a call with nothing to
+    multiply (an empty c, or K = 0), else None."""
     _check(a, w, scales, zeros, c)
     if a.dtype not in (torch.float16, torch.bfloat16) or scales.dtype != a.dtype or c.dtype != a.dtype:
-        raise ValueError(
-            f"int4_matmul: a, scales and c must share one dtype, fp16 or bf16; got {a.dtype}, "
-            f"{scales.dtype} and {c.dtype}"
-        )
+        raise ValueError(f"{name}: a, scales and c must share one dtype, fp16 or bf16; got {a.dtype}, "
+                         f"{scales.dtype} and {c.dtype}")  # fmt: skip
+    if a.shape[0] == 0 or w.shape[0] == 0:
+        return no_launch
+    return _empty_sum if a.shape[1] == 0 else None
+
+
+def _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m):
+    """Checks the operands and works out the launch :func:`int4_matmul` makes for their signature."""
+    trivial = checked_trivial(a, w, scales, zeros, c)
+    if trivial is not None:
+        return trivial
     m, k = a.shape
     n = w.shape[0]
-    if m == 0 or n == 0:
-        return no_launch
-    if k == 0:
-        return _empty_sum
     interp = interpreted(a)
     if m == 1 and config is None and split_k is None and words is None and _words_ok(w, k):
         return gemv_plan(a, w, scales, zeros, c)

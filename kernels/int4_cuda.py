@@ -1,0 +1,156 @@
+"""The weight-only int4 GEMM's CUDA C++ backend: a tensor-core decode kernel (kernels/int4_gemv.cu) for one to 16
+rows of activations, the Triton kernels (kernels/int4_matmul.py) for everything else.
+
+Why CUDA for decode. The Triton GEMV (kernels/int4_gemv.py) multiplies on the CUDA cores: about five
+instructions per weight (dequantise, widen to fp32, one fma each, the activations' loads and conversions), and on
+an H100 its dequantising loops took 4 us more than its loads alone at 4096 x 4096 (reports/h100/experiments/
+int4-prefetch/). Triton's own tensor-core path shuffles each dequantised tile into the MMA's operand layout. The
+CUDA kernel feeds the dequantised registers to mma.sync as they come (the k order inside an MMA is a relabelling
+the activations follow, at two byte permutes per register of a), so the multiply-adds cost an eighth of an
+instruction per weight and the dequantisation about two.
+
+Where it applies: a on the GPU with 1 to 16 rows, K a positive multiple of 32, a's and w's rows contiguous with
+16-byte aligned starts (a checkpoint's layout: every lane reads 16 bytes at a time). Scales, zero points and c may
+have any strides. Other calls take the Triton kernels: the generated edge cases (K = 2, 130, 258; strided,
+transposed) run there.
+
+Measured on an H100 (reports/h100/experiments/int4-cuda/run1/, 2026-12-06, eight warps on one row tile): every
+configuration right at 96 checks, and int4_matmul's full tier (181 tests, both backends) passed. Against bf16
+``F.linear`` on the resident weight, with the Triton launcher of the same run in brackets: M = 1 1.94x at
+N = K = 4096 (1.64x), 2.14x at K = 14336 (1.94x), 2.35x at N = 14336 (1.76x); M = 4 1.85x, 2.14x, 2.30x; M = 16
+1.49x at 4096 x 4096 (1.45x) but 1.62x and 1.53x at the 14336 shapes, where the Triton tile kernel's split of K
+makes 2.02x and 1.84x. The issue's 2.5x and 3x at M = 1 are not reached. With 256 blocks at N = 4096 each warp
+waits on one group's loads at a time (the N = 14336 shapes, 896 blocks, come out ahead): the split across blocks
+and the second group in flight are built for that and swept by the probe, not yet run.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels.common import Plans, cdiv, cuda_capability, load_cuda_extension, signature, sm_count
+from kernels.int4_matmul import checked_trivial, int4_matmul
+from kernels.splitk import SPLIT_MAX, scratch, unused
+
+CUDA_SRC = (Path(__file__).parent / "int4_gemv.cu").read_text()
+
+_BINDING_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <stdexcept>
+#include <string>
+
+extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
+                                           const void* zeros, void* ws, void* cnt, int64_t M, int64_t N,
+                                           int64_t K, int64_t lda, int64_t ldw, int64_t ss_n, int64_t ss_g,
+                                           int64_t sz_n, int64_t sz_g,
+                                           int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
+                                           int depth, void* stream);
+
+// kernels/int4_cuda.py has checked shapes, dtypes, strides and alignments; launched on a's device and its current
+// stream.
+void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor scales, torch::Tensor zeros,
+               torch::Tensor ws, torch::Tensor cnt, int64_t warps, int64_t row_tiles, int64_t splits, int64_t depth) {
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int dtype = a.scalar_type() == at::kHalf ? 1 : a.scalar_type() == at::kBFloat16 ? 2 : -1;
+  if (dtype < 0) throw std::invalid_argument("int4_matmul_cuda: a must be fp16 or bf16");
+  const char* err = kh_int4_gemv_launch(
+      dtype, c.data_ptr(), a.data_ptr(), w.data_ptr(), scales.data_ptr(), zeros.data_ptr(), ws.data_ptr(),
+      cnt.data_ptr(), a.size(0), w.size(0),
+      a.size(1), a.stride(0), w.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
+      c.stride(0), c.stride(1), static_cast<int>(warps), static_cast<int>(row_tiles), static_cast<int>(splits),
+      static_cast<int>(depth),
+      at::cuda::getCurrentCUDAStream(a.device().index()).stream());
+  if (err != nullptr) throw std::runtime_error(std::string("int4_matmul_cuda: ") + err);
+}
+"""
+
+MAX_M = 16  # two 8-column B tiles of the MMA
+
+
+@dataclass(frozen=True)
+class CudaGemvConfig:
+    warps: int  # per block, each taking every warps-th group of K (of its split): 1, 2, 4 or 8
+    row_tiles: int = 1  # 16-row tiles of w per block, sharing the activations' loads: 1 or 2
+    splits: int = 1  # blocks along K per row tile, summed in the same launch: 1 to SPLIT_MAX
+    depth: int = 1  # groups a warp has in flight beside the one it computes: 1 or 2
+
+    def __post_init__(self):
+        if (self.warps not in (1, 2, 4, 8) or self.row_tiles not in (1, 2) or not 1 <= self.splits <= SPLIT_MAX
+                or self.depth not in (1, 2)):
+            raise ValueError(f"CudaGemvConfig: warps 1, 2, 4 or 8, row_tiles 1 or 2, splits 1 to {SPLIT_MAX}, "
+                             f"depth 1 or 2; got {self}")
+
+    @classmethod
+    def for_shape(cls, m: int, n: int, k: int, sms: int = 132) -> CudaGemvConfig:
+        """Eight warps on one row tile, no split across blocks, one group in flight: the fastest or within 2% of
+        it at every decode shape on an H100 (reports/h100/experiments/int4-cuda/run1/). The splits and the
+        deeper prefetch are swept by the probe (reports/h200/experiments/int4/cuda/) before either is chosen."""
+        return cls(8, 1, 1, 1)
+
+
+@functools.cache
+def _module(capability: tuple[int, int]):
+    return load_cuda_extension("kh_int4_gemv", _BINDING_SRC, CUDA_SRC, ["int4_gemv"], capability)
+
+
+def build_cuda() -> None:
+    """The harness's build hook: compile for the current device once, so a failed build is a fallback with its
+    reason rather than an error in every test."""
+    _module(torch.cuda.get_device_capability())
+
+
+def applies(a: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether the CUDA decode kernel takes these operands (the module docstring says why each condition)."""
+    m, k = a.shape
+    return (a.is_cuda and 1 <= m <= MAX_M and k > 0 and k % 32 == 0 and a.stride(1) == 1
+            and (m == 1 or a.stride(0) % 8 == 0) and a.data_ptr() % 16 == 0 and w.stride(1) == 1
+            and w.stride(0) % 16 == 0 and w.data_ptr() % 16 == 0)  # fmt: skip
+
+
+_PLANS = Plans()
+
+
+def int4_matmul_cuda(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+                     c: torch.Tensor, config: CudaGemvConfig | None = None) -> None:  # fmt: skip
+    """``c = a @ dequant(w).T`` (kernels/int4_matmul.py has the format): the CUDA decode kernel where it
+    applies, else the Triton kernels. ``config`` (tests, sweeps) replaces the kernel's configuration by shape."""
+    sig = signature(a, w, scales, zeros, c) if config is None else None
+    launch = _PLANS.get(sig) if sig is not None else None
+    if launch is None:
+        launch = _plan(a, w, scales, zeros, c, config)
+        if sig is not None:
+            _PLANS.keep(sig, launch)
+    launch(a, w, scales, zeros, c)
+
+
+def _plan(a, w, scales, zeros, c, config):
+    trivial = checked_trivial(a, w, scales, zeros, c, "int4_matmul_cuda")
+    if trivial is not None:
+        return trivial
+    m, k = a.shape
+    n = w.shape[0]
+    if not applies(a, w):
+        if config is not None:
+            raise ValueError("int4_matmul_cuda: a config was given but the CUDA kernel does not take these operands "
+                             f"(a {tuple(a.shape)} strides {a.stride()}, w strides {w.stride()})")
+        return _triton
+    cfg = config or CudaGemvConfig.for_shape(m, n, k, sm_count(a.device))
+    module = _module(cuda_capability(a.device))
+    blocks = cdiv(n, 16 * cfg.row_tiles)
+    tile = cfg.row_tiles * (1 if m <= 8 else 2) * 128
+
+    def launch(a, w, scales, zeros, c):
+        ws, cnt = scratch(a.device, cfg.splits * blocks * tile, blocks) if cfg.splits > 1 else unused(a.device)
+        module.int4_gemv(c, a, w, scales, zeros, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth)
+    return launch
+
+
+def _triton(a, w, scales, zeros, c) -> None:
+    int4_matmul(a=a, w=w, scales=scales, zeros=zeros, c=c)

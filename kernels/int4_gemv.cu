@@ -1,0 +1,300 @@
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+// Weight-only int4 decode GEMM on the tensor cores: c[M, N] = a[M, K] @ dequant(w)[N, K].T for M <= 16
+// (kernels/int4_cuda.py says when it is used and why). Operands are swapped: w is mma.sync's A operand (16 rows
+// of N a tile), a the B operand (its 8 columns are rows of a: one tile for M <= 8, two for M <= 16).
+//
+// No weight is ever shuffled. A thread of a warp holds, for each row of its tile's pair (lane / 4, lane / 4 + 8),
+// the same four consecutive 32-bit words of w (16 bytes: lanes 4r .. 4r + 3 read one row's 64-byte group). Marlin's
+// bit trick turns a word into four registers of two values, nibbles (i, i + 4), and those registers are fed to
+// mma.sync as they are: the MMA's k order within a tile is a relabelling the B operand can follow, because A's
+// and B's fragments give a lane the same k slots (2 (lane % 4) + {0, 1, 8, 9}). So each lane permutes its own
+// activations (two prmt per register) to the weights' nibble order instead.
+//
+// Dequantisation as the Triton kernels do it (kernels/int4_dequant.py): lop3 puts nibbles i and i + 4 under the
+// exponent of 2**E (128 in bf16, 1024 in fp16, whose ulp is 1), one fma subtracts 2**E + z exactly, one fma
+// multiplies by the scale: the one rounding, as the reference rounds (q - z) * s. Products with a and their sums
+// are the tensor core's, in fp32.
+//
+// K is split across the block's warps (warp i takes groups i, i + W, ...), whose partial tiles are summed through
+// shared memory in warp order, and where N alone gives too few blocks, across blocks too (the kernel's comment
+// says how): deterministic either way, in one launch, with no floating-point atomics.
+
+namespace kh_int4 {
+namespace {
+
+constexpr int kGroup = 128;  // values of k per scale and zero point
+
+template <typename T> struct Num;
+template <> struct Num<__nv_bfloat16> {
+  static constexpr uint32_t kMagic = 0x43004300u;  // 128.0 twice
+  static constexpr uint32_t kOne = 0x3F803F80u;    // 1.0 twice
+  static constexpr float kBias = 128.0f;
+  static __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+  }
+  static __device__ __forceinline__ uint16_t bits(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Num<__half> {
+  static constexpr uint32_t kMagic = 0x64006400u;  // 1024.0 twice
+  static constexpr uint32_t kOne = 0x3C003C00u;
+  static constexpr float kBias = 1024.0f;
+  static __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+  }
+  static __device__ __forceinline__ uint16_t bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint32_t nibbles_under(uint32_t x, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(x), "n"(0x000F000F), "r"(magic));  // (x & m) | magic
+  return r;
+}
+
+// Word x -> p[i] = ((q_i - z) s, (q_{i+4} - z) s), each rounded once. s2: the scale twice; nz2: -(2**E + z) twice.
+template <typename T>
+__device__ __forceinline__ void dequant(uint32_t x, uint32_t s2, uint32_t nz2, uint32_t (&p)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = Num<T>::fma2(nibbles_under(x >> (4 * i), Num<T>::kMagic), Num<T>::kOne, nz2);
+    p[i] = Num<T>::fma2(v, s2, 0x80008000u);  // + -0.0: the product alone, its sign kept
+  }
+}
+
+struct Params {
+  const void* a;
+  const uint8_t* w;
+  const void* scales;
+  const uint8_t* zeros;
+  void* c;
+  float* ws;  // split partials [splits, blocks, RT * NT * 128]
+  int* cnt;   // one ticket counter a block column, zero between launches
+  int M, N, K;
+  int64_t lda, ldw, ss_n, ss_g, sz_n, sz_g, sc_m, sc_n;
+};
+
+// What one lane loads for one group: per row tile, its two rows' 16 bytes of w, scale and zero point; per column
+// tile, its 32 values of a (its row of a, k = 128 g + 32 (lane % 4) + 0 .. 31).
+template <int RT, int NT> struct Stage {
+  uint4 w[RT][2];
+  uint16_t s[RT][2];
+  uint8_t z[RT][2];
+  uint4 a[NT][4];
+};
+
+template <typename T, int RT, int NT>
+__device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
+  const int r = lane >> 2, q = lane & 3;
+  const int k0 = g * kGroup + q * 32;
+  const bool k_ok = g >= 0 && k0 < p.K;  // K % 32 == 0: a lane's 32 values are all in range or all out
+  const int gg = g < 0 ? 0 : g;
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = min(n0 + t * 16 + r + 8 * h, p.N - 1);  // a row past N reads row N - 1; never stored
+      st.w[t][h] = k_ok ? __ldcs(reinterpret_cast<const uint4*>(p.w + n * p.ldw + k0 / 2)) : make_uint4(0, 0, 0, 0);
+      st.s[t][h] = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + gg * p.ss_g);
+      st.z[t][h] = __ldg(p.zeros + n * p.sz_n + gg * p.sz_g);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < NT; ++u) {
+    const int m = u * 8 + r;
+    const bool ok = k_ok && m < p.M;  // B columns past M multiply by 0
+    const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(p.a) + m * p.lda + k0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st.a[u][j] = ok ? __ldg(src + j) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename T, int RT, int NT>
+__device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<RT, NT>& st) {
+  uint32_t s2[RT][2], nz2[RT][2];
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s2[t][h] = (uint32_t)st.s[t][h] * 0x10001u;
+      const uint16_t nz = Num<T>::bits(-(Num<T>::kBias + (float)st.z[t][h]));  // exact
+      nz2[t][h] = (uint32_t)nz * 0x10001u;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // B fragments for word j: values k = 8j + {0, 4}, {1, 5} (first MMA) and {2, 6}, {3, 7} (second), as the
+    // dequantised pairs hold them
+    uint32_t b[NT][4];
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+      const uint4 v = st.a[u][j];
+      b[u][0] = __byte_perm(v.x, v.z, 0x5410);
+      b[u][1] = __byte_perm(v.x, v.z, 0x7632);
+      b[u][2] = __byte_perm(v.y, v.w, 0x5410);
+      b[u][3] = __byte_perm(v.y, v.w, 0x7632);
+    }
+#pragma unroll
+    for (int t = 0; t < RT; ++t) {
+      uint32_t lo[4], hi[4];  // rows lane / 4 and lane / 4 + 8
+      const uint32_t* wl = reinterpret_cast<const uint32_t*>(&st.w[t][0]);
+      const uint32_t* wh = reinterpret_cast<const uint32_t*>(&st.w[t][1]);
+      dequant<T>(wl[j], s2[t][0], nz2[t][0], lo);
+      dequant<T>(wh[j], s2[t][1], nz2[t][1], hi);
+      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+      for (int u = 0; u < NT; ++u) {
+        Num<T>::mma(acc[t][u], a0, b[u][0], b[u][1]);
+        Num<T>::mma(acc[t][u], a1, b[u][2], b[u][3]);
+      }
+    }
+  }
+}
+
+// Block: W warps on RT tiles of 16 rows of w; with S splits (gridDim.y), warp i of split y takes groups
+// y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one. The warps' partial tiles
+// are summed in shared memory (W * RT * NT * 128 fp32, dynamic) in warp order. With S > 1 each split then writes its
+// tile to the workspace and takes a ticket; the split drawing the last one sums the S tiles in split order, writes
+// c and resets the counter (as kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8
+// warps: the register cap of a larger block made the 2 x 2 tile spill.
+template <typename T, int RT, int NT, int D>
+__global__ void __launch_bounds__(256) int4_gemv_mma(Params p) {
+  extern __shared__ float part[];
+  __shared__ int last;
+  constexpr int kTile = RT * NT * 128;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int n0 = blockIdx.x * RT * 16;
+  const int groups = (p.K + kGroup - 1) / kGroup;
+  const int first = blockIdx.y * warps + warp, stride = gridDim.y * warps;
+  float acc[RT][NT][4] = {};
+  Stage<RT, NT> st[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d) {
+    const int g = first + d * stride;
+    load_stage<T, RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
+  }
+  for (int g = first; g < groups; g += D * stride) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      // a group past the end was loaded as zeros (w and a): its MMAs add nothing
+      const int ahead = g + (d + D) * stride;
+      Stage<RT, NT> next;
+      load_stage<T, RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+      mma_stage<T, RT, NT>(acc, st[d]);
+      st[d] = next;
+    }
+  }
+  float* mine = part + warp * kTile;
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int u = 0; u < NT; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mine[(t * NT + u) * 128 + lane * 4 + i] = acc[t][u][i];
+  __syncthreads();
+  // one output a thread: row R of tile t, column C of tile u, held by lane (R % 8) * 4 + C / 2 in register
+  // (R / 8) * 2 + C % 2 of every warp
+  const int splits = gridDim.y;
+  float* tiles = p.ws + (size_t)blockIdx.x * kTile;
+  const size_t split_stride = (size_t)gridDim.x * kTile;
+  for (int o = threadIdx.x; o < kTile; o += blockDim.x) {
+    const int tu = o / 128, R = (o % 128) / 8, C = o % 8;
+    const int n = n0 + (tu / NT) * 16 + R, m = (tu % NT) * 8 + C;
+    if (n >= p.N || m >= p.M) continue;
+    const int slot = tu * 128 + ((R % 8) * 4 + C / 2) * 4 + (R / 8) * 2 + C % 2;
+    float sum = 0.0f;
+    for (int i = 0; i < warps; ++i) sum += part[i * kTile + slot];
+    if (splits == 1)
+      reinterpret_cast<uint16_t*>(p.c)[m * p.sc_m + n * p.sc_n] = Num<T>::bits(sum);
+    else
+      tiles[blockIdx.y * split_stride + o] = sum;
+  }
+  if (splits == 1) return;
+  __threadfence();  // this split's tile visible to whichever split draws the last ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.cnt + blockIdx.x, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int o = threadIdx.x; o < kTile; o += blockDim.x) {
+    const int tu = o / 128, R = (o % 128) / 8, C = o % 8;
+    const int n = n0 + (tu / NT) * 16 + R, m = (tu % NT) * 8 + C;
+    if (n >= p.N || m >= p.M) continue;
+    float sum = 0.0f;
+    for (int y = 0; y < splits; ++y) sum += __ldcg(tiles + y * split_stride + o);
+    reinterpret_cast<uint16_t*>(p.c)[m * p.sc_m + n * p.sc_n] = Num<T>::bits(sum);
+  }
+  if (threadIdx.x == 0) p.cnt[blockIdx.x] = 0;  // the next launch draws from 0 again
+}
+
+template <typename T, int RT, int NT, int D>
+cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) {
+  const dim3 grid((p.N + RT * 16 - 1) / (RT * 16), splits);
+  const size_t smem = (size_t)warps * RT * NT * 128 * sizeof(float);
+  int4_gemv_mma<T, RT, NT, D><<<grid, warps * 32, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t by_tiles(const Params& p, int warps, int row_tiles, int splits, cudaStream_t s) {
+  const bool two = p.M > 8;
+  if (row_tiles == 1) return two ? launch<T, 1, 2, D>(p, warps, splits, s) : launch<T, 1, 1, D>(p, warps, splits, s);
+  return two ? launch<T, 2, 2, D>(p, warps, splits, s) : launch<T, 2, 1, D>(p, warps, splits, s);
+}
+
+template <typename T>
+cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, cudaStream_t s) {
+  return depth == 1 ? by_tiles<T, 1>(p, warps, row_tiles, splits, s) : by_tiles<T, 2>(p, warps, row_tiles, splits, s);
+}
+
+}  // namespace
+}  // namespace kh_int4
+
+// The launcher (kernels/int4_cuda.py checks shapes, dtypes, strides and alignments first). dtype: 1 fp16, 2 bf16.
+// Returns nullptr, or what went wrong.
+extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
+                                           const void* zeros, void* ws, void* cnt, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                           int64_t ldw, int64_t ss_n, int64_t ss_g, int64_t sz_n, int64_t sz_g,
+                                           int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
+                                           int depth, void* stream) {
+  if (M < 1 || M > 16) return "M must be 1 to 16";
+  if (N < 1 || K < 32 || K % 32 != 0 || N > 2147483647 - 64 || K > 2147483647 - 256)
+    return "N must be positive, K a positive multiple of 32, both below 2**31 - 256";
+  if (warps != 1 && warps != 2 && warps != 4 && warps != 8) return "warps must be 1, 2, 4 or 8";
+  if (row_tiles != 1 && row_tiles != 2) return "row_tiles must be 1 or 2";
+  if (splits < 1 || splits > 64) return "splits must be 1 to 64";
+  if (depth != 1 && depth != 2) return "depth must be 1 or 2";
+  kh_int4::Params p{a, static_cast<const uint8_t*>(w), scales, static_cast<const uint8_t*>(zeros), c,
+                    static_cast<float*>(ws), static_cast<int*>(cnt), (int)M, (int)N, (int)K, lda, ldw, ss_n, ss_g, sz_n, sz_g, sc_m, sc_n};
+  const cudaStream_t s = (cudaStream_t)stream;
+  cudaError_t err;
+  switch (dtype) {
+    case 1: err = kh_int4::dispatch<__half>(p, warps, row_tiles, splits, depth, s); break;
+    case 2: err = kh_int4::dispatch<__nv_bfloat16>(p, warps, row_tiles, splits, depth, s); break;
+    default: return "unsupported dtype code";
+  }
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}

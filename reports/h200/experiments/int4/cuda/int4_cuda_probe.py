@@ -1,0 +1,126 @@
+"""The CUDA int4 decode kernel (kernels/int4_gemv.cu, launched by kernels/int4_cuda.py) on a GPU: right, then
+how fast against bf16 and the Triton kernels.
+
+1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight) at every checked shape,
+   both dtypes, against ``int4_matmul_ref`` with the spec's tolerance, and bitwise repeatable; a configuration
+   that fails is recorded and never timed.
+2. At M in {1, 4, 16} and (N, K) in {(4096, 4096), (4096, 14336), (14336, 4096)}, bf16: each configuration, the
+   launcher's own choice, the shipped Triton launcher (``int4_matmul``: the GEMV at M = 1, the tile kernel
+   above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
+   (events behind a spin kernel, L2 flushed before each sample); the ratios are bf16's median over ours.
+
+Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --out
+DIR`` (writes DIR/int4_cuda_probe.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from int4_probe import DTYPES, SWEEP_TIMING, make_inputs, median_us  # noqa: E402
+
+from harness.correctness.numerics import mismatch  # noqa: E402
+from harness.spec.load import load as load_spec  # noqa: E402
+from harness.spec.model import Case  # noqa: E402
+from kernels import int4_cuda as cu  # noqa: E402
+from kernels import int4_matmul as q4  # noqa: E402
+
+NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
+MS = (1, 4, 16)
+# unaligned N, a partial last group (K % 128 = 32, 96), one row, nine rows (two column tiles), a short K
+CHECKS = ((1, 4096, 4096), (1, 5003, 4128), (16, 4096, 4096), (9, 333, 4192), (3, 1, 32), (1, 17, 96),
+          (8, 4096, 14336), (1, 14336, 4096))
+# one row tile at every split and depth; two row tiles (the activations' loads shared) at depth 1
+CONFIGS = tuple(cu.CudaGemvConfig(w, 1, s, d) for w in (4, 8) for s in (1, 2, 4, 8) for d in (1, 2)) + tuple(
+    cu.CudaGemvConfig(8, 2, s, 1) for s in (1, 2, 4))
+
+
+def check(spec, m, n, k, dtype_name, cfg) -> str | None:
+    a, w, s, z = make_inputs(m, n, k, DTYPES[dtype_name], seed=m * 7 + n + k)
+    ref = torch.empty((m, n), dtype=a.dtype, device="cuda")
+    q4.int4_matmul_ref(a=a, w=w, scales=s, zeros=z, c=ref)
+    c = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
+    cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
+    again = torch.full_like(c, float("inf"))
+    cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=again, config=cfg)
+    torch.cuda.synchronize()
+    problem = mismatch(c, ref, spec.tolerance(dtype_name, "c", Case("full", (("M", m), ("N", n), ("K", k)))))
+    if problem is not None:
+        return f"wrong: {problem}"
+    if not torch.equal(c.view(torch.int16), again.view(torch.int16)):
+        return "not bitwise repeatable"
+    return None
+
+
+def time_shape(m, n, k, bad: set) -> dict:
+    a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    w_bf16 = q4.dequantize(w, s, z, torch.bfloat16).contiguous()
+    rec = {"M": m, "N": n, "K": k, "rows": []}
+    rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16))
+    rec["triton_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c))
+    rec["cuda_us"], info = median_us(lambda: cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c))
+    rec["cuda_config"] = str(cu.CudaGemvConfig.for_shape(m, n, k))
+    rec["cuda_info"] = info
+    for cfg in CONFIGS:
+        if str(cfg) in bad:
+            continue
+        t, _ = median_us(lambda cfg=cfg: cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
+                         SWEEP_TIMING)
+        rec["rows"].append({"config": str(cfg), "us": t, "x_bf16": rec["bf16_us"] / t})
+    rec["rows"].sort(key=lambda r: r["us"])
+    print(f"M={m} N={n} K={k}: bf16 {rec['bf16_us']:.2f} us, triton {rec['triton_us']:.2f} "
+          f"({rec['bf16_us'] / rec['triton_us']:.2f}x), cuda {rec['cuda_us']:.2f} "
+          f"({rec['bf16_us'] / rec['cuda_us']:.2f}x, {rec['cuda_config']})", flush=True)
+    for r in rec["rows"][:3]:
+        print(f"  top {r['config']}: {r['us']:.2f} us = {r['x_bf16']:.2f}x bf16", flush=True)
+    return rec
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    spec = load_spec("specs/int4_matmul.toml")
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "shapes": [],
+           "errors": []}  # fmt: skip
+    start = time.time()
+    cu.build_cuda()
+    print(f"built in {time.time() - start:.1f} s", flush=True)
+    bad = set()
+    for (m, n, k), dtype_name, cfg in ((s, d, c) for s in CHECKS for d in DTYPES for c in CONFIGS):
+        try:
+            problem = check(spec, m, n, k, dtype_name, cfg)
+        except Exception as exc:  # noqa: BLE001 - one configuration's failure is a row
+            problem = f"{type(exc).__name__}: {exc}"[:400]
+            traceback.print_exc()
+        out["checks"].append({"M": m, "N": n, "K": k, "dtype": dtype_name, "config": str(cfg), "problem": problem})
+        if problem is not None:
+            bad.add(str(cfg))
+            print(f"check M={m} N={n} K={k} {dtype_name} {cfg}: {problem}", flush=True)
+    print(f"checks: {len(out['checks'])} run, {sum(c['problem'] is not None for c in out['checks'])} failed",
+          flush=True)
+    for m in MS:
+        for n, k in NKS:
+            try:
+                out["shapes"].append(time_shape(m, n, k, bad))
+            except Exception as exc:  # noqa: BLE001
+                out["errors"].append({"M": m, "N": n, "K": k, "error": traceback.format_exc()[-800:]})
+                print(f"M={m} N={n} K={k}: {type(exc).__name__}: {exc}", flush=True)
+    with open(os.path.join(args.out, "int4_cuda_probe.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    return 1 if bad or out["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
