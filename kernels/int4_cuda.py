@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.common import Plans, cdiv, cuda_capability, load_cuda_extension, signature, sm_count
+from kernels.common import Plans, cdiv, cuda_capability, load_cuda_extension, signature
 from kernels.int4_matmul import checked_trivial, int4_matmul
 from kernels.splitk import SPLIT_MAX, scratch, unused
 
@@ -88,7 +88,7 @@ class CudaGemvConfig:
                              f"depth 1 or 2; got {self}")
 
     @classmethod
-    def for_shape(cls, m: int, n: int, k: int, sms: int = 132) -> CudaGemvConfig:
+    def for_shape(cls, m: int, n: int, k: int) -> CudaGemvConfig:
         """Eight warps on one row tile, no split across blocks, one group in flight: the fastest or within 2% of
         it at every decode shape on an H100 (reports/h100/experiments/int4-cuda/run1/). The splits and the
         deeper prefetch are swept by the probe (reports/h200/experiments/int4/cuda/) before either is chosen."""
@@ -141,7 +141,7 @@ def _plan(a, w, scales, zeros, c, config):
             raise ValueError("int4_matmul_cuda: a config was given but the CUDA kernel does not take these operands "
                              f"(a {tuple(a.shape)} strides {a.stride()}, w strides {w.stride()})")
         return _triton
-    cfg = config or CudaGemvConfig.for_shape(m, n, k, sm_count(a.device))
+    cfg = config or CudaGemvConfig.for_shape(m, n, k)
     module = _module(cuda_capability(a.device))
     blocks = cdiv(n, 16 * cfg.row_tiles)
     tile = cfg.row_tiles * (1 if m <= 8 else 2) * 128
