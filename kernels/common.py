@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import torch
 import triton
@@ -93,6 +94,19 @@ class Plans:
         if len(self._plans) < self.capacity:
             self._plans[sig] = plan
         return plan
+
+    def run(self, sig: tuple | None, make: Callable[[], Callable[..., None] | None], *operands) -> None:
+        """Launches ``operands`` through the plan kept for ``sig``, else through the plan ``make()`` works out,
+        kept unless ``sig`` is None (a call whose options the signature does not cover: a tuning experiment's).
+        A ``make`` that returns None launched the call itself (a plan that needs the autotuner's pick first)."""
+        launch = None if sig is None else self._plans.get(sig)
+        if launch is None:
+            launch = make()
+            if launch is None:
+                return
+            if sig is not None:
+                self.keep(sig, launch)
+        launch(*operands)
 
     def __contains__(self, sig: tuple) -> bool:
         return sig in self._plans

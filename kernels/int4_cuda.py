@@ -122,12 +122,7 @@ def int4_matmul_cuda(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     """``c = a @ dequant(w).T`` (kernels/int4_matmul.py has the format): the CUDA decode kernel where it
     applies, else the Triton kernels. ``config`` (tests, sweeps) replaces the kernel's configuration by shape."""
     sig = signature(a, w, scales, zeros, c) if config is None else None
-    launch = _PLANS.get(sig) if sig is not None else None
-    if launch is None:
-        launch = _plan(a, w, scales, zeros, c, config)
-        if sig is not None:
-            _PLANS.keep(sig, launch)
-    launch(a, w, scales, zeros, c)
+    _PLANS.run(sig, lambda: _plan(a, w, scales, zeros, c, config), a, w, scales, zeros, c)
 
 
 def _plan(a, w, scales, zeros, c, config):

@@ -317,12 +317,7 @@ def int4_matmul(
     --sweep) replace the autotuner's choice, the decode split heuristic and the choice of how w is read."""
     tuned = config is None and split_k is None and words is None and swap_min_m is None
     sig = signature(a, w, scales, zeros, c) if tuned else None
-    launch = _PLANS.get(sig) if tuned else None
-    if launch is None:
-        launch = _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m)
-        if tuned:
-            _PLANS.keep(sig, launch)
-    launch(a, w, scales, zeros, c)
+    _PLANS.run(sig, lambda: _plan(a, w, scales, zeros, c, config, split_k, words, swap_min_m), a, w, scales, zeros, c)
 
 
 def _empty_sum(a, w, scales, zeros, c) -> None:

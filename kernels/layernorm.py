@@ -174,10 +174,7 @@ def layernorm(*, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     ``has_bias``. Given ``mean`` and ``rstd`` (fp32 ``[tokens]``, any stride), it writes each row's statistics
     there too, for :func:`layernorm_bwd`."""
     sig = (signature(x, weight, bias, out, mean, rstd), bool(has_bias))
-    launch = _PLANS.get(sig)
-    if launch is None:
-        launch = _PLANS.keep(sig, _plan(x, weight, bias, out, has_bias, mean, rstd))
-    launch(x, weight, bias, out, mean, rstd, eps)
+    _PLANS.run(sig, lambda: _plan(x, weight, bias, out, has_bias, mean, rstd), x, weight, bias, out, mean, rstd, eps)
 
 
 def _empty_stats(x, weight, bias, out, mean, rstd, eps) -> None:

@@ -265,10 +265,7 @@ _PLANS = Plans()
 def matmul(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
     """Triton GEMM ``c = act(a @ b.T + bias)``; any strides."""
     sig = (signature(a, b, bias, c), type(epilogue), epilogue)
-    launch = _PLANS.get(sig)
-    if launch is None:
-        launch = _PLANS.keep(sig, plan(a, b, bias, c, epilogue))
-    launch(a, b, bias, c)
+    _PLANS.run(sig, lambda: plan(a, b, bias, c, epilogue), a, b, bias, c)
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str):

@@ -202,13 +202,8 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32; it always
     runs the pointer kernel."""
     sig = (signature(a, b, scale_a, scale_b, c), bool(fast_accum), promote_every)
-    launch = _PLANS.get(sig)
-    if launch is None:
-        launch = _plan(sig, a, b, scale_a, scale_b, c, bool(fast_accum), promote_every)
-        if launch is None:  # launched already (the TMA route's first call of a signature: autotuning)
-            return
-        _PLANS.keep(sig, launch)
-    launch(a, b, scale_a, scale_b, c)
+    _PLANS.run(sig, lambda: _plan(sig, a, b, scale_a, scale_b, c, bool(fast_accum), promote_every),
+               a, b, scale_a, scale_b, c)
 
 
 # A call's plan per call signature (kernels.common.Plans): the checks, the route, the grid and every scalar

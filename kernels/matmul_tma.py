@@ -244,21 +244,23 @@ def launch_persistent(kernel, autotuned, a: torch.Tensor, b: torch.Tensor, c: to
 def matmul_tma(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str) -> None:
     """``c = act(a @ b.T + bias)``: the persistent TMA kernel where :func:`takes` allows, else kernels.matmul's."""
     sig = _signature(a, b, bias, c, epilogue)
-    launch = _PLANS.get(sig)
-    if launch is not None:
-        launch(a, b, bias, c)
-        return
+    _PLANS.run(sig, lambda: _plan(sig, a, b, bias, c, epilogue), a, b, bias, c)
+
+
+def _plan(sig, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor, epilogue: int | str):
+    """The pointer kernel's plan (kernels/matmul.py) where :func:`takes` refuses; else None, having launched the
+    persistent kernel (autotuning on a signature's first call) and kept its plan."""
     check_operands(a, b, bias, c)
     code = epilogue_code(epilogue)
-    if not takes(a, b, c):  # the pointer kernel's plan (kernels/matmul.py)
-        _PLANS.keep(sig, pointer_plan(a, b, bias, c, code))(a, b, bias, c)
-        return
+    if not takes(a, b, c):
+        return pointer_plan(a, b, bias, c, code)
     constexprs = dict(EPILOGUE=code, RNE_BF16=needs_bf16_rounding(c),
                       UPCAST_DOT=interpreted(a) and a.dtype == torch.bfloat16)
     cfg = launch_persistent(_persistent_kernel, _persistent_launch, a, b, c, bias, a.shape[0], b.shape[0],
                             a.shape[1], bias.stride(0), **constexprs)
     if cfg is not None:  # a GPU launch: planned once the autotuner has picked
         _PLANS.keep(sig, _planned(cfg, a, b, c, constexprs))
+    return None
 
 
 def _planned(cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, constexprs: dict):
