@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import triton
@@ -188,6 +190,17 @@ def _cuda_capability(index: int) -> tuple[int, int]:
 @functools.cache
 def _cuda_sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+_LOCAL_INCLUDE = re.compile(r'^#include "([^"]+)"[ \t]*$', re.M)
+
+
+def cuda_source(path: str | Path) -> str:
+    """A CUDA C++ source with its local includes (``#include "x.cuh"``, next to it) inlined: one self-contained
+    string, as ``load_inline`` and the AOT build (harness/aot/nvcc.py) compile, while the file itself still
+    compiles alone with nvcc."""
+    path = Path(path)
+    return _LOCAL_INCLUDE.sub(lambda m: cuda_source(path.parent / m.group(1)).rstrip("\n"), path.read_text())
 
 
 def load_cuda_extension(name: str, binding_src: str, cuda_src: str, functions: list[str],

@@ -26,6 +26,8 @@
 namespace kh_int4 {
 namespace {
 
+#include "mma.cuh"
+
 constexpr int kGroup = 128;  // values of k per scale and zero point
 
 template <typename T> struct Num;
@@ -41,13 +43,6 @@ template <> struct Num<__nv_bfloat16> {
   static __device__ __forceinline__ uint16_t bits(float x) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
   }
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 };
 template <> struct Num<__half> {
   static constexpr uint32_t kMagic = 0x64006400u;  // 1024.0 twice
@@ -59,13 +54,6 @@ template <> struct Num<__half> {
     return d;
   }
   static __device__ __forceinline__ uint16_t bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 };
 
 __device__ __forceinline__ uint32_t nibbles_under(uint32_t x, uint32_t magic) {
@@ -167,8 +155,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
       const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
       for (int u = 0; u < NT; ++u) {
-        Num<T>::mma(acc[t][u], a0, b[u][0], b[u][1]);
-        Num<T>::mma(acc[t][u], a1, b[u][2], b[u][3]);
+        Mma<T>::run(acc[t][u], a0, b[u][0], b[u][1]);
+        Mma<T>::run(acc[t][u], a1, b[u][2], b[u][3]);
       }
     }
   }

@@ -25,6 +25,7 @@ from kernels.common import (
     Plans,
     cdiv,
     cuda_capability,
+    cuda_source,
     interpreted,
     load_cuda_extension,
     needs_bf16_rounding,
@@ -354,7 +355,7 @@ def matmul_torch(*, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: tor
 # part that sees torch. Like rmsnorm's backend: built per device capability with load_inline, launched on torch's
 # current stream.
 
-CUDA_SRC = (Path(__file__).parent / "matmul.cu").read_text()
+CUDA_SRC = cuda_source(Path(__file__).parent / "matmul.cu")
 
 _BINDING_SRC = r"""
 #include <torch/extension.h>
