@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from kernels.common import Plans, cdiv, cuda_capability, load_cuda_extension, signature
+from kernels.common import Plans, cdiv, cuda_capability, cuda_source, load_cuda_extension, signature
 from kernels.int4_matmul import checked_trivial, int4_matmul
 from kernels.splitk import SPLIT_MAX, scratch, unused
 
-CUDA_SRC = (Path(__file__).parent / "int4_gemv.cu").read_text()
+CUDA_SRC = cuda_source(Path(__file__).parent / "int4_gemv.cu")
 
 _BINDING_SRC = r"""
 #include <torch/extension.h>
@@ -72,6 +72,10 @@ void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor 
 """
 
 MAX_M = 16  # two 8-column B tiles of the MMA
+# Without a config, calls above 8 rows go to the Triton tile kernel: its split of K beat this kernel at M = 16 at
+# both 14336 shapes on the H100 (2.02x and 1.84x bf16 against 1.62x and 1.53x) and the H200 (21.8 and 22.4 us
+# against 25.1 and 26.3 for the best configuration swept), and matched it at 4096 x 4096.
+ROUTE_MAX_M = 8
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,12 @@ class CudaGemvConfig:
 
     @classmethod
     def for_shape(cls, m: int, n: int, k: int) -> CudaGemvConfig:
-        """Eight warps on one row tile, no split across blocks, one group in flight: the fastest or within 2% of
-        it at every decode shape on an H100 (reports/h100/experiments/int4-cuda/run1/). The splits and the
-        deeper prefetch are swept by the probe (reports/h200/experiments/int4/cuda/) before either is chosen."""
-        return cls(8, 1, 1, 1)
+        """Eight warps on one row tile, no split across blocks: the fastest or within 2% of it at every decode
+        shape on an H100 (reports/h100/experiments/int4-cuda/run1/) and at M <= 4 on the H200
+        (reports/h200/experiments/int4/cuda/run1/). A second group in flight where N gives few blocks: on the H200
+        at N = 4096 it took K = 14336 from 20.2 to 18.5 us at M = 1 (20.5 to 19.0 at M = 4) and made no
+        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won."""
+        return cls(8, 1, 1, 2 if n <= 4096 else 1)
 
 
 @functools.cache
@@ -131,7 +137,7 @@ def _plan(a, w, scales, zeros, c, config):
         return trivial
     m, k = a.shape
     n = w.shape[0]
-    if not applies(a, w):
+    if not applies(a, w) or (config is None and m > ROUTE_MAX_M):
         if config is not None:
             raise ValueError("int4_matmul_cuda: a config was given but the CUDA kernel does not take these operands "
                              f"(a {tuple(a.shape)} strides {a.stride()}, w strides {w.stride()})")
