@@ -47,9 +47,10 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
 # The compute ceiling is the best of a few dense GEMM shapes (M, N, K), as each bandwidth pattern is the best
 # of several probes: one square shape alone understates it (the H200 ran 8192^3 at 710 TFLOP/s in bf16 and
 # 4096 x 4096 x 14336 at 830 in the same run, reports/h200/experiments/ceilings/), and a kernel measured above
-# its roof reads as a model error.
+# its roof reads as a model error. Under a power cap the long GEMMs run at a lower clock than a short one: on the
+# H200 cuBLAS ran 4096^3 at 776 TFLOP/s in bf16 where the three longer shapes made 718-737 (reports/h200/, 2026-12-06).
 _GPU = {"copy_bytes": 1 << 30, "matmul_n": 8192,
-        "matmul_shapes": ((8192, 8192, 8192), (4096, 4096, 16384), (4096, 16384, 4096)),
+        "matmul_shapes": ((8192, 8192, 8192), (4096, 4096, 16384), (4096, 16384, 4096), (4096, 4096, 4096)),
         "copy_cfg": TimingConfig(min_samples=10, max_samples=200, min_time_s=0.05, timeout_s=5.0),
         "matmul_cfg": TimingConfig(min_samples=5, max_samples=50, min_time_s=0.1, timeout_s=6.0)}
 _CPU = {"copy_bytes": 256 << 20, "matmul_n": 2048, "slow_matmul_n": 512, "slow_call_limit_s": 0.5,
@@ -177,12 +178,16 @@ def _bandwidth_gbps(dev, sizes, progress: Progress | None = None) -> tuple[dict,
     b = torch.randn(n, dtype=dtype, device=dev, generator=gen)
     c = torch.empty_like(a)
     rows = a.view(-1, 4096)  # n is a multiple of 4096: copy_bytes is a power of two
+    vec = b[:4096]
     nbytes = n * a.element_size()
     probes = {
         "fill": {"fill_": lambda: c.fill_(1.0), "zero_": lambda: c.zero_()},
         "copy": {"copy_": lambda: c.copy_(a), "neg": lambda: torch.neg(a, out=c)},
         "add": {"add": lambda: torch.add(a, b, out=c), "maximum": lambda: torch.maximum(a, b, out=c)},
-        "read": {"sum": lambda: torch.sum(a), "amax": lambda: torch.amax(a), "row sums": lambda: rows.sum(dim=1)},
+        # torch's reductions read at 4.27 TB/s on the H200 where attention's decode streamed its KV cache at 4.5
+        # (reports/h200/, 2026-12-06); cuBLAS's GEMV is another streaming read
+        "read": {"sum": lambda: torch.sum(a), "amax": lambda: torch.amax(a), "row sums": lambda: rows.sum(dim=1),
+                 "gemv": lambda: torch.mv(rows, vec)},
     }
     moved = {"fill": nbytes, "copy": 2 * nbytes, "add": 3 * nbytes, "read": nbytes}
     out, spread, won, method = {}, {}, [], ""
