@@ -14,14 +14,16 @@ Where it applies: a on the GPU with 1 to 16 rows, K a positive multiple of 32, a
 have any strides. Other calls take the Triton kernels: the generated edge cases (K = 2, 130, 258; strided,
 transposed) run there.
 
-Measured on an H100 (reports/h100/experiments/int4-cuda/run1/, 2026-12-06, eight warps on one row tile): every
-configuration right at 96 checks, and int4_matmul's full tier (181 tests, both backends) passed. Against bf16
-``F.linear`` on the resident weight, with the Triton launcher of the same run in brackets: M = 1 1.94x at
-N = K = 4096 (1.64x), 2.14x at K = 14336 (1.94x), 2.35x at N = 14336 (1.76x); M = 4 1.85x, 2.14x, 2.30x; M = 16
-1.49x at 4096 x 4096 (1.45x) but 1.62x and 1.53x at the 14336 shapes, where the Triton tile kernel's split of K
-makes 2.02x and 1.84x. The issue's 2.5x and 3x at M = 1 are not reached. With 256 blocks at N = 4096 each warp
-waits on one group's loads at a time (the N = 14336 shapes, 896 blocks, come out ahead): the split across blocks
-and the second group in flight are built for that and swept by the probe, not yet run.
+Measured (reports/h100/experiments/int4-cuda/run1/, reports/h200/experiments/int4/cuda/run1/, 2026-12-06): every
+configuration right at every check on both cards (96 and 304), and int4_matmul's full tier passed on both. Against
+bf16 ``F.linear`` on the resident weight, the Triton launcher of the same run in brackets, at M = 1: on the H100
+1.94x at N = K = 4096 (1.64x), 2.14x at K = 14336 (1.94x), 2.35x at N = 14336 (1.76x); on the H200, whose bf16
+GEMM is faster (13.25 us at 4096 x 4096 against 16.45), 1.55x (1.34x), 1.66x with a second group in flight
+(1.38x), 1.78x (1.36x). At M = 16 the Triton
+tile kernel's split of K wins at both 14336 shapes on both cards, so calls above 8 rows go there. The issue's 2.5x
+and 3x at M = 1 are not reached. Latency bounds the kernel, not bandwidth: it takes the same time on both cards
+(8.48 and 8.54 us at N = K = 4096, where the H200 streams the 8.4 MB in about 2 us), and a split of K across
+blocks (more blocks, fewer dependent rounds of loads each) never won.
 """
 
 from __future__ import annotations
