@@ -1,0 +1,76 @@
+"""Which kernel int4_matmul's CUDA backend (kernels/int4_cuda.py) sends a call to, checked on the CPU: the CUDA
+kernel's module is replaced by a recorder and ``applies`` by its answer on a GPU, so the routing and the
+configuration by shape are what is tested; the kernel itself runs in the GPU tiers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import int4_cuda as cu
+
+
+class _Recorder:
+    def __init__(self):
+        self.launches = []
+
+    def int4_gemv(self, c, a, w, scales, zeros, ws, cnt, warps, row_tiles, splits, depth):
+        self.launches.append((a.shape[0], cu.CudaGemvConfig(warps, row_tiles, splits, depth)))
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """(recorder, Triton calls): the CUDA kernel taken to apply wherever its shape rules allow."""
+    recorder, triton_calls = _Recorder(), []
+    monkeypatch.setattr(cu, "applies", lambda a, w: 1 <= a.shape[0] <= cu.MAX_M and a.shape[1] % 32 == 0)
+    monkeypatch.setattr(cu, "_module", lambda capability: recorder)
+    monkeypatch.setattr(cu, "cuda_capability", lambda device: (9, 0))
+    monkeypatch.setattr(cu, "int4_matmul", lambda **kw: triton_calls.append(kw["a"].shape[0]))
+    monkeypatch.setattr(cu, "_PLANS", cu.Plans())
+    return recorder, triton_calls
+
+
+def _call(m: int, n: int, k: int, config=None):
+    a = torch.randn(m, k, dtype=torch.bfloat16)
+    w = torch.zeros(n, k // 2, dtype=torch.uint8)
+    scales = torch.ones(n, k // 128, dtype=torch.bfloat16)
+    zeros = torch.zeros(n, k // 128, dtype=torch.uint8)
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    cu.int4_matmul_cuda(a=a, w=w, scales=scales, zeros=zeros, c=c, config=config)
+
+
+@pytest.mark.parametrize("m", [1, 4, 8])
+def test_up_to_eight_rows_run_the_cuda_kernel(routed, m):
+    recorder, triton_calls = routed
+    _call(m, 256, 512)
+    assert [launch[0] for launch in recorder.launches] == [m] and triton_calls == []
+
+
+@pytest.mark.parametrize("m", [9, 16, 17])
+def test_more_rows_run_the_triton_kernels(routed, m):
+    recorder, triton_calls = routed
+    _call(m, 256, 512)
+    assert recorder.launches == [] and triton_calls == [m]
+
+
+def test_a_given_config_runs_the_cuda_kernel_up_to_its_sixteen_rows(routed):
+    recorder, triton_calls = routed
+    cfg = cu.CudaGemvConfig(4, 2, 2, 1)
+    _call(16, 256, 512, config=cfg)
+    assert recorder.launches == [(16, cfg)] and triton_calls == []
+    with pytest.raises(ValueError, match="does not take these operands"):
+        _call(17, 256, 512, config=cfg)
+
+
+@pytest.mark.parametrize(("n", "depth"), [(4096, 2), (256, 2), (14336, 1)])
+def test_a_second_group_in_flight_only_where_n_gives_few_blocks(routed, n, depth):
+    recorder, _ = routed
+    _call(1, n, 256)
+    assert recorder.launches == [(1, cu.CudaGemvConfig(8, 1, 1, depth))]
+
+
+def test_a_signature_is_planned_once(routed):
+    recorder, _ = routed
+    for _ in range(3):
+        _call(1, 256, 512)
+    assert len(recorder.launches) == 3 and len(cu._PLANS) == 1
