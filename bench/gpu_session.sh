@@ -28,7 +28,8 @@
 #             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
 #             and a direct replay of its recorded launches
 #   int4-cuda reports/h200/experiments/int4/cuda/int4_cuda_probe.py: the CUDA decode kernel checked, then swept
-#             against bf16 and the Triton launcher; then int4_matmul's generated tests at the full tier
+#             against bf16 and the Triton launcher, then under Nsight Compute at M = 1 (NCU_SHAPES); then
+#             int4_matmul's generated tests at the full tier
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
@@ -221,6 +222,15 @@ case "$what" in
     timeout "${PROBE_TIMEOUT:-300}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --out "$OUT" \
       > "$OUT/int4_cuda_probe.log" 2>&1
     echo "probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$OUT/int4_cuda_probe.log" | cut -c1-600 | tail -45
+    # where the M = 1 kernel's time goes: the third call at each decode shape under Nsight Compute, clocks untouched
+    for shape in ${NCU_SHAPES:-1,4096,4096 1,4096,14336 1,14336,4096}; do
+      timeout 120 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
+        reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call "$shape" > "$OUT/ncu-int4-cuda-$shape.txt" 2>&1
+      echo "ncu $shape: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
+        "$OUT/ncu-int4-cuda-$shape.txt" | head -12
+    done
     start=$SECONDS
     timeout "${TEST_TIMEOUT:-150}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
       --kernel int4_matmul 2>&1 | tee "$OUT/pytest-full-tier-int4.log" | grep -vE '^[.sF]+( |$)' | tail -20

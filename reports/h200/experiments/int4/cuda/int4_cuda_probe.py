@@ -9,6 +9,10 @@ how fast against bf16 and the Triton kernels.
    above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
    (events behind a spin kernel, L2 flushed before each sample); the ratios are bf16's median over ours.
 
+3. ``--call M,N,K``: three calls of the launcher's own choice at one shape and nothing else, for Nsight Compute
+   to profile the third (bench/gpu_session.sh int4-cuda runs it under ``ncu --clock-control none``: where the
+   warps stall, the occupancy and the DRAM throughput reached).
+
 Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --out
 DIR`` (writes DIR/int4_cuda_probe.json).
 """
@@ -88,8 +92,19 @@ def time_shape(m, n, k, bad: set) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--call", help="M,N,K: only three calls at this shape (for a profiler)")
     args = p.parse_args()
+    if args.call:
+        m, n, k = map(int, args.call.split(","))
+        a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
+        c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        for _ in range(3):
+            cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c)
+        torch.cuda.synchronize()
+        return 0
+    if not args.out:
+        p.error("--out is required unless --call is given")
     os.makedirs(args.out, exist_ok=True)
     spec = load_spec("specs/int4_matmul.toml")
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "shapes": [],
