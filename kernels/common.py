@@ -117,6 +117,21 @@ class Plans:
         return len(self._plans)
 
 
+def rebaser(descriptor) -> Callable[[torch.Tensor], object]:
+    """``rebased(base)``: ``descriptor`` (a host-side TMA descriptor, checked by its constructor once) over
+    another base of the same call signature (same shape, strides, dtype and 16-byte alignment, so every other
+    field holds), built without the constructor's per-call checks: under cProfile on an H100 those took a quarter
+    of a planned TMA launch's host time. It keeps the fields, never the planning call's tensor."""
+    cls, fields, new = type(descriptor), {f: v for f, v in vars(descriptor).items() if f != "base"}, object.__new__
+
+    def rebased(base):
+        d = new(cls)
+        d.__dict__.update(fields)
+        d.base = base
+        return d
+    return rebased
+
+
 def no_launch(*operands) -> None:
     """The plan of a call with nothing to compute (an empty output)."""
 

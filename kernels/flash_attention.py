@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, interpreted, next_power_of_2, round_to_bf16
+from kernels.common import Plans, cdiv, interpreted, next_power_of_2, no_launch, rebaser, round_to_bf16, signature
 from kernels.fastlaunch import FastLaunch
 
 # INTERP_BF16, set for bf16 on the CPU (the Triton interpreter) only, works around two of its differences
@@ -280,16 +280,30 @@ def _kv_descriptors(k, v, cfg: FlashAttentionConfig):
     return descs[0], descs[1], views[0][2], views[1][2]
 
 
+# A call's plan per call signature (kernels.common.Plans): checks, config, grid, strides, the TMA descriptors'
+# fields and the launch, worked out once; each call passes its tensors and sm_scale.
+_PLANS = Plans()
+
+
 def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
                     config: FlashAttentionConfig | None = None, hopper: bool = False) -> None:
     """Write softmax(q k^T * sm_scale [causal mask, bottom-right]) v into `out`; any strides. `hopper`: take
     the sm_90 tiles (:meth:`FlashAttentionConfig.for_shape`), which need more shared memory than sm_80 has."""
+    sig = (signature(q, k, v, out), bool(causal), bool(hopper)) if config is None else None
+    _PLANS.run(sig, lambda: _plan(q, k, v, out, bool(causal), config, hopper), q, k, v, out, sm_scale)
+
+
+def _zero_out(q, k, v, out, sm_scale) -> None:
+    out.zero_()  # no key for any query
+
+
+def _plan(q, k, v, out, causal: bool, config: FlashAttentionConfig | None, hopper: bool):
+    """``launch(q, k, v, out, sm_scale)`` for these operands' signature."""
     batch, heads_q, heads_kv, seq_q, seq_kv, head_dim = _check_args(q, k, v, out)
     if out.numel() == 0:
-        return
-    if seq_kv == 0:  # no key for any query
-        out.zero_()
-        return
+        return no_launch
+    if seq_kv == 0:
+        return _zero_out
     group = heads_q // heads_kv
     cfg = config or FlashAttentionConfig.for_shape(seq_q, head_dim, group, q.dtype,
                                                    interpreted=interpreted(q), hopper=hopper)
@@ -302,16 +316,25 @@ def flash_attention(*, q, k, v, out, causal: bool, sm_scale: float,
         # not k's and v's unit stride (`harness matrix`); the sm_80 tile has room for any layout
         cfg = FlashAttentionConfig.for_shape(seq_q, head_dim, group, q.dtype, interpreted=interpreted(q))
     grid = (cdiv(seq_q * cfg.pack, cfg.block_m), batch * n_head_blocks)
-    k_desc, v_desc, k_steps, v_steps = tma or (k, v, (0, 0, 0), (0, 0, 0))
-    _flash_attention_launch[grid](
-        q, k, v, out, seq_q, seq_kv, n_head_blocks, group, cfg.pack, float(sm_scale) * _LOG2E,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(), k_desc, v_desc, *k_steps, *v_steps,
-        HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal),
+    sizes = (seq_q, seq_kv, n_head_blocks, group, cfg.pack)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    steps = (*tma[2], *tma[3]) if tma is not None else (0,) * 6
+    # the signature fixes every part of FastLaunch's key but sm_scale, a float: the launch is kept per device
+    # and stream
+    pinned = _flash_attention_launch.pinned(
+        grid, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,  # fp32: exact, not tf32
         INTERP_BF16=interpreted(q) and out.dtype == torch.bfloat16, TMA=tma is not None,
-        WS=tma is not None and cfg.warp_specialize,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+        WS=tma is not None and cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if tma is None:
+        def launch(q, k, v, out, sm_scale):
+            pinned(q, k, v, out, *sizes, float(sm_scale) * _LOG2E, *strides, k, v, *steps)
+        return launch
+    rk, rv = rebaser(tma[0]), rebaser(tma[1])
+
+    def launch_tma(q, k, v, out, sm_scale):
+        pinned(q, k, v, out, *sizes, float(sm_scale) * _LOG2E, *strides, rk(k), rv(v), *steps)
+    return launch_tma
 
 
 def flash_attention_hopper(*, q, k, v, out, causal: bool, sm_scale: float) -> None:

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, needs_bf16_rounding, next_power_of_2, round_to_bf16
+from kernels.common import Plans, cdiv, needs_bf16_rounding, next_power_of_2, no_launch, round_to_bf16, signature
 from kernels.fastlaunch import FastLaunch
 from kernels.silu_and_mul import SiluAndMulConfig
 
@@ -96,36 +96,46 @@ def _gelu_kernel(
 _gelu_launch = FastLaunch(_gelu_kernel)
 
 
-def launch_rows(x: torch.Tensor, out: torch.Tensor, gated: bool, cfg: GeluConfig) -> None:
-    """``out[r, c] = gelu(x[r, c]) (* x[r, c + d])`` for 2-D x and out of any strides, d = out's columns."""
+def rows_plan(x: torch.Tensor, out: torch.Tensor, gated: bool, cfg: GeluConfig):
+    """``launch(x, out)``: ``out[r, c] = gelu(x[r, c]) (* x[r, c + d])`` for 2-D x and out of any strides,
+    d = out's columns, and for any tensors of the same call signature (kernels.common.Plans) as these, or with
+    their storage where these are views of it (the kernel reads pointers and the strides worked out here)."""
     n_rows, d = out.shape
     n_col_blocks = cdiv(d, cfg.block_n)
     grid = (cdiv(n_rows, cfg.block_m) * n_col_blocks,)
-    _gelu_launch[grid](
-        x, out, n_rows, d, n_col_blocks,
-        x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GATED=gated, RNE_BF16=needs_bf16_rounding(out),
-        num_warps=cfg.num_warps,
-    )  # fmt: skip
+    scalars = (n_rows, d, n_col_blocks, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
+    # the signature fixes every part of FastLaunch's key: the launch is kept per device and stream
+    pinned = _gelu_launch.pinned(grid, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GATED=gated,
+                                 RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps)
+
+    def launch(x, out):
+        pinned(x, out, *scalars)
+    return launch
 
 
 def is_column_major(x: torch.Tensor) -> bool:
     return x.stride(0) == 1 and x.stride(1) != 1
 
 
+_PLANS = Plans()
+
+
 def gelu_tanh(*, x: torch.Tensor, out: torch.Tensor) -> None:
     """Triton kernel: any shape when x and out are contiguous (one flat pass), any strides when 2-D."""
+    _PLANS.run(signature(x, out), lambda: _plan(x, out), x, out)
+
+
+def _plan(x: torch.Tensor, out: torch.Tensor):
     if out.shape != x.shape:
         raise ValueError(f"gelu_tanh: out must have x's shape; got x {tuple(x.shape)}, out {tuple(out.shape)}")
     if out.numel() == 0:
-        return
-    if x.is_contiguous() and out.is_contiguous():
-        launch_rows(x.view(1, -1), out.view(1, -1), False, GeluConfig.for_flat(x.numel()))
-    elif x.dim() == 2:
-        launch_rows(x, out, False, GeluConfig.for_rows(x.shape[0], x.shape[1], is_column_major(x)))
-    else:
-        raise ValueError(f"gelu_tanh: non-contiguous tensors must be 2-D; got x {tuple(x.shape)} with strides "
-                         f"{tuple(x.stride())}, out strides {tuple(out.stride())}")
+        return no_launch
+    if x.is_contiguous() and out.is_contiguous():  # the flat pass reads the tensors' pointers: no view per call
+        return rows_plan(x.view(1, -1), out.view(1, -1), False, GeluConfig.for_flat(x.numel()))
+    if x.dim() == 2:
+        return rows_plan(x, out, False, GeluConfig.for_rows(x.shape[0], x.shape[1], is_column_major(x)))
+    raise ValueError(f"gelu_tanh: non-contiguous tensors must be 2-D; got x {tuple(x.shape)} with strides "
+                     f"{tuple(x.stride())}, out strides {tuple(out.stride())}")
 
 
 def gelu_tanh_ref(*, x: torch.Tensor, out: torch.Tensor) -> None:

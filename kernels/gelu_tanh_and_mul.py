@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.gelu_tanh import GeluConfig, is_column_major, launch_rows
+from kernels.common import Plans, no_launch, signature
+from kernels.gelu_tanh import GeluConfig, is_column_major, rows_plan
 
 
 def _check_shapes(x: torch.Tensor, out: torch.Tensor) -> None:
@@ -20,12 +21,19 @@ def _check_shapes(x: torch.Tensor, out: torch.Tensor) -> None:
         )
 
 
+_PLANS = Plans()
+
+
 def gelu_tanh_and_mul(*, x: torch.Tensor, out: torch.Tensor) -> None:
     """Triton kernel; any strides on x and out."""
+    _PLANS.run(signature(x, out), lambda: _plan(x, out), x, out)
+
+
+def _plan(x: torch.Tensor, out: torch.Tensor):
     _check_shapes(x, out)
     if out.numel() == 0:
-        return
-    launch_rows(x, out, True, GeluConfig.for_rows(out.shape[0], out.shape[1], is_column_major(x)))
+        return no_launch
+    return rows_plan(x, out, True, GeluConfig.for_rows(out.shape[0], out.shape[1], is_column_major(x)))
 
 
 def gelu_tanh_and_mul_ref(*, x: torch.Tensor, out: torch.Tensor) -> None:

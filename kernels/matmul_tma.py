@@ -36,6 +36,7 @@ from kernels.common import (
     cuda_capability,
     interpreted,
     needs_bf16_rounding,
+    rebaser,
     round_to_bf16,
     signature,
     sm_count,
@@ -279,22 +280,11 @@ def persistent_plan(fast, cfg, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
     descriptors being ``args``. ``fast`` is the bare kernel's FastLaunch (CachedAutotune.fast)."""
     meta, sms = cfg.all_kwargs(), sm_count(a.device)
     grid = (_programs(a.shape[0], b.shape[0], sms, meta),)
-    # The descriptors of the planning call's operands, checked by TensorDescriptor there. A call of this signature
-    # (same shapes, strides, dtypes and 16-byte alignment) differs only in its bases, so its descriptors are these
-    # fields with its own bases, built without TensorDescriptor's per-call checks: under cProfile on an H100 those
-    # took a quarter of the planned launch's host time. The fields hold no tensor (a plan keeps none).
-    da, db, dc = ({f: v for f, v in vars(TensorDescriptor.from_tensor(t, box)).items() if f != "base"}
-                  for t, box in zip((a, b, c), _boxes(meta), strict=True))
-    new = object.__new__
+    # the planning call's descriptors, each call's over its own bases (kernels.common.rebaser)
+    ra, rb, rc = (rebaser(TensorDescriptor.from_tensor(t, box)) for t, box in zip((a, b, c), _boxes(meta), strict=True))
     # the signature fixes every part of FastLaunch's key: the launch is kept per device and stream
     pinned = fast.pinned(grid, **meta, **constexprs, NUM_SMS=sms)
 
-    def rebased(fields, base):
-        d = new(TensorDescriptor)
-        d.__dict__.update(fields)
-        d.base = base
-        return d
-
     def launch(a, b, c, *args):
-        pinned(rebased(da, a), rebased(db, b), rebased(dc, c), *args)
+        pinned(ra(a), rb(b), rc(c), *args)
     return launch

@@ -172,3 +172,59 @@ def test_matmul_fp8_plans_a_signature_once_and_replays_it_bitwise(monkeypatch):
         with pytest.raises(ValueError, match="scale_a"):
             f8.matmul_fp8(a=a, b=b, scale_a=sa[:3], scale_b=sb, c=c)
     assert len(fresh) == 1
+
+
+def test_flash_attentions_plan_takes_each_calls_sm_scale_and_tensors(monkeypatch):
+    """The plan binds no value of a call: a second call of the signature with another sm_scale and other tensors
+    is what a fresh plan computes, and what the reference computes."""
+    from kernels import flash_attention as fa
+
+    fresh = Plans()
+    monkeypatch.setattr(fa, "_PLANS", fresh)
+    g = torch.Generator().manual_seed(3)
+
+    def qkvo():
+        q, k, v = (torch.randn(1, 2, 16, 64, generator=g) for _ in range(3))
+        return q, k, v, torch.full_like(q, float("nan"))
+
+    first = qkvo()
+    fa.flash_attention(q=first[0], k=first[1], v=first[2], out=first[3], causal=True, sm_scale=0.125)
+    q, k, v, out = qkvo()
+    fa.flash_attention(q=q, k=k, v=v, out=out, causal=True, sm_scale=0.3)
+    assert len(fresh) == 1
+    want = torch.empty_like(out)
+    fa.flash_attention_ref(q=q, k=k, v=v, out=want, causal=True, sm_scale=0.3)
+    assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
+    fresh._plans.clear()
+    again = torch.full_like(out, float("nan"))
+    fa.flash_attention(q=q, k=k, v=v, out=again, causal=True, sm_scale=0.3)
+    assert torch.equal(out, again)
+
+
+@pytest.mark.parametrize(("op", "shape", "transposed"), [("gelu_tanh", (3, 5, 70), False),
+                                                         ("gelu_tanh", (40, 96), True),
+                                                         ("gelu_tanh_and_mul", (9, 2 * 48), False)])
+def test_the_gelu_plans_follow_each_calls_tensors(monkeypatch, op, shape, transposed):
+    """gelu_tanh's flat pass is planned on views of its first call's tensors and launched on later calls'
+    own: a second call with other tensors of the signature writes their values, not the first call's."""
+    import importlib
+
+    mod = importlib.import_module(f"kernels.{op}")
+    fresh = Plans()
+    monkeypatch.setattr(mod, "_PLANS", fresh)
+    g = torch.Generator().manual_seed(5)
+    fn, ref = getattr(mod, op), getattr(mod, f"{op}_ref")
+
+    def operands():
+        x = torch.randn(shape[::-1] if transposed else shape, generator=g)
+        x = x.t() if transposed else x
+        out_shape = (*x.shape[:-1], x.shape[-1] // 2) if op.endswith("_and_mul") else x.shape
+        return x, torch.full(out_shape, float("nan"))
+
+    fn(**dict(zip(("x", "out"), operands(), strict=True)))
+    x, out = operands()
+    fn(x=x, out=out)
+    assert len(fresh) == 1
+    want = torch.empty_like(out)
+    ref(x=x, out=want)
+    assert torch.allclose(out, want, rtol=1e-5, atol=1e-6)

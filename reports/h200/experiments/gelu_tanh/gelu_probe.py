@@ -62,9 +62,10 @@ def main() -> int:
                        "shipped": cfg == shipped}
                 try:
                     out.fill_(float("nan"))
-                    g.launch_rows(x.view(1, -1), out.view(1, -1), False, cfg)
+                    launch = g.rows_plan(x.view(1, -1), out.view(1, -1), False, cfg)
+                    launch(x, out)
                     torch.testing.assert_close(out, ref, rtol=1.6e-2, atol=1e-5)
-                    us = median_us(lambda c=cfg, i=x, o=out: g.launch_rows(i.view(1, -1), o.view(1, -1), False, c))
+                    us = median_us(lambda launch=launch, i=x, o=out: launch(i, o))
                     row.update(us=us, gbps=nbytes / us / 1e3, of_copy=copy_us / us)
                     print(f"  {row['variant']:<24} {us:8.2f} us  {row['gbps']:6.0f} GB/s  {100 * copy_us / us:5.1f}% "
                           f"of copy{'  (shipped)' if row['shipped'] else ''}", flush=True)
