@@ -44,6 +44,11 @@ CASES = (
     CheckCase("flash_attention-decode", "specs/flash_attention.toml", "triton",
               "batch=64,heads=32,kv_heads=8,seq_q=1,seq_kv=8192,head_dim=128"),
     CheckCase("gelu_tanh-64x16384", "specs/gelu_tanh.toml", "triton", "tokens=64,hidden=16384"),
+    CheckCase("torch_gelu-64x16384", "specs/gelu_tanh.toml", "torch_gelu", "tokens=64,hidden=16384"),
+    CheckCase("flash_attention_hopper-causal", "specs/flash_attention.toml", "triton_hopper",
+              "batch=4,heads=32,seq_q=4096,head_dim=128,causal=true"),
+    CheckCase("sdpa_auto-causal", "specs/flash_attention.toml", "sdpa_auto",
+              "batch=4,heads=32,seq_q=4096,head_dim=128,causal=true"),
     CheckCase("matmul_fp8-M4096", "specs/matmul_fp8.toml", "triton", "M=4096,N=4096,K=4096,per_row=0"),
     CheckCase("scaled_mm-M4096", "specs/matmul_fp8.toml", "torch", "M=4096,N=4096,K=4096,per_row=0"),
 )

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Where a norm's forward-and-backward host time goes through autograd (the benchmark's ``full`` mode).
+
+On the H200 (reports/h200/, 2026-12-06) LayerNormFunction's forward and backward took 711 us of host time per
+call at 64 x 4096 with the GPU kept busy, against 166 for F.layer_norm's, where its forward launcher alone took 12
+and its backward kernel alone 56. This splits that time on the GPU, each figure the host microseconds per call of
+back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_profile.py's host_us):
+
+- the forward through ``Function.apply`` (leaves that need gradients) and the backward through
+  ``torch.autograd.grad`` on its graph, apart and together, for LayerNorm, RMSNorm and torch's LayerNorm;
+- the launchers called directly (forward with statistics, backward kernel), no autograd;
+- the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone);
+- torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
+
+Usage: python3 bench/gpu_autograd_host.py --out DIR   (writes DIR/autograd_host.json and DIR/profile.txt)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def host_us(fn, calls: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # about a second of spin: every launch below queues behind it
+    t = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter_ns() - t) / 1e3 / calls
+    torch.cuda.synchronize()
+    return us
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=4096)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from kernels import layernorm as ln
+    from kernels import rmsnorm_bwd as rb
+
+    dev, dt = "cuda", torch.bfloat16
+    x = torch.randn(args.tokens, args.hidden, device=dev, dtype=dt)
+    w, b = torch.randn(args.hidden, device=dev, dtype=dt), torch.randn(args.hidden, device=dev, dtype=dt)
+    g = torch.randn_like(x)
+    leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+    xl, wl, bl = leaves
+    fns = {
+        "layernorm": lambda: ln.LayerNormFunction.apply(xl, wl, bl, 1e-5),
+        "rmsnorm": lambda: rb.RMSNormFunction.apply(xl, wl, 1e-6),
+        "torch layer_norm": lambda: torch.nn.functional.layer_norm(xl, (args.hidden,), wl, bl, 1e-5),
+    }
+    rows = {}
+    for name, fwd in fns.items():
+        wrt = (xl, wl, bl) if name != "rmsnorm" else (xl, wl)
+        graph = fwd()
+        rows[f"{name}: forward (graph built)"] = host_us(fwd)
+        rows[f"{name}: backward on one graph (retained)"] = host_us(
+            lambda graph=graph, wrt=wrt: torch.autograd.grad(graph, wrt, g, retain_graph=True))
+        rows[f"{name}: forward and backward"] = host_us(
+            lambda fwd=fwd, wrt=wrt: torch.autograd.grad(fwd(), wrt, g))
+    mean = torch.empty(args.tokens, device=dev, dtype=torch.float32)
+    rstd = torch.empty_like(mean)
+    y, gx, gw, gb = torch.empty_like(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+    rows["layernorm: forward launcher with statistics, no autograd"] = host_us(
+        lambda: ln.layernorm(x=x, weight=w, bias=b, out=y, eps=1e-5, has_bias=True, mean=mean, rstd=rstd))
+    rows["layernorm: backward launcher, no autograd"] = host_us(
+        lambda: ln.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+                                 has_bias=True, mean=mean, rstd=rstd))
+    real_fwd, real_bwd = ln.layernorm, ln.layernorm_bwd
+    ln.layernorm, ln.layernorm_bwd = (lambda **kw: None), (lambda **kw: None)
+    try:
+        rows["layernorm: forward and backward, launchers replaced by no-ops"] = host_us(
+            lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g))
+    finally:
+        ln.layernorm, ln.layernorm_bwd = real_fwd, real_bwd
+    for k, v in rows.items():
+        print(f"{v:9.1f} us  {k}", flush=True)
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(20):
+            torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    (out / "profile.txt").write_text(table)
+    print(table, flush=True)
+    (out / "autograd_host.json").write_text(json.dumps(
+        {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tokens": args.tokens,
+         "hidden": args.hidden, "host_us_per_call": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
