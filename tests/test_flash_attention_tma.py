@@ -96,3 +96,23 @@ def test_layouts_without_a_2d_view_take_the_pointer_route():
     assert fa._kv_view(base.flatten()[1:7681].view(2, 4, 15, 64)) is None  # a base 2 bytes past 16-byte alignment
     assert fa._kv_descriptors(base, base, POINTERS) is None  # not asked for
     assert fa._kv_descriptors(base.float(), base.float(), TMA) is None  # fp32 keeps the pointer route
+
+
+def test_a_planned_tma_call_reads_each_calls_own_k_and_v(monkeypatch):
+    """Without a config the launcher plans a signature once: its TMA descriptors are the planning call's fields
+    over each later call's own k and v (kernels.common.rebaser). A second call with other tensors matches the
+    pointer route on them, so no descriptor still points at the first call's."""
+    monkeypatch.setattr(fa, "_PLANS", fa.Plans())
+    monkeypatch.setattr(fa.FlashAttentionConfig, "for_shape", classmethod(lambda cls, *a, **kw: TMA))
+    gen = torch.Generator().manual_seed(11)
+
+    def qkv():
+        return tuple(_tensor(1, 2, 40, 64, "heads", torch.bfloat16, gen) for _ in range(3))
+
+    for q, k, v in (qkv(), qkv()):
+        out = torch.full_like(q, float("nan"))
+        fa.flash_attention(q=q, k=k, v=v, out=out, causal=True, sm_scale=0.125)
+    assert len(fa._PLANS) == 1
+    pointers = torch.full_like(q, float("nan"))
+    fa.flash_attention(q=q, k=k, v=v, out=pointers, causal=True, sm_scale=0.125, config=POINTERS)
+    assert _ulps_apart(out, pointers) <= 1
