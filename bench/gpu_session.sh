@@ -23,10 +23,11 @@
 #   int4      reports/h200/experiments/int4/decode/int4_decode_sweep.py: the decode GEMV (kernels/int4_gemv.py)
 #             swept at M = 1 and 4 against bf16, the tile kernel and the floors; then bench/gpu_host_profile.py
 #             on int4's launchers
-#   launch    tests/test_fastlaunch.py, matmul_tma's planned calls against its autotuned one (bitwise) and the
-#             ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
+#   launch    tests/test_fastlaunch.py, the plans' tests, matmul_tma's planned calls against its autotuned one
+#             (bitwise) and the ci-tier tests of LAUNCH_SPECS, then bench/gpu_launch_paths.py: each
 #             launcher's host time with and without kernels/fastlaunch.py, against Triton's JITFunction.run alone
-#             and a direct replay of its recorded launches
+#             and a direct replay of its recorded launches; then bench/gpu_host_profile.py on the planned FA and
+#             GELU launchers beside torch's, and bench/gpu_autograd_host.py
 #   int4-cuda reports/h200/experiments/int4/cuda/int4_cuda_probe.py: the CUDA decode kernel checked, then swept
 #             against bf16 and the Triton launcher, then under Nsight Compute at M = 1 (NCU_SHAPES); then
 #             int4_matmul's generated tests at the full tier
@@ -208,14 +209,20 @@ case "$what" in
   launch)
     # kernels/fastlaunch.py on compiled kernels first: its bitwise test, then the ci-tier generated tests of
     # LAUNCH_SPECS (each case's launcher called again and again, so its replays are checked too)
-    timeout 120 python3 -m pytest tests/test_fastlaunch.py \
+    timeout 120 python3 -m pytest tests/test_fastlaunch.py tests/test_plans.py tests/test_flash_attention_tma.py \
       tests/test_matmul_tma.py::test_a_planned_call_is_bitwise_the_autotuned_one_and_a_new_signature_is_planned_anew \
       -q -rfEs -p no:cacheprovider 2>&1 \
       | tee "$OUT/pytest-fastlaunch.log" | tail -5
-    specs=(); for k in ${LAUNCH_SPECS:-rmsnorm int4_matmul matmul softmax}; do specs+=("specs/$k.toml"); done
+    specs=()
+    for k in ${LAUNCH_SPECS:-gelu_tanh gelu_tanh_and_mul flash_attention int4_matmul matmul}; do specs+=("specs/$k.toml"); done
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest "${specs[@]}" -q -rfEs -p no:cacheprovider 2>&1 \
       | tee "$OUT/pytest-launch-specs.log" | grep -vE '^[.sF]+( |$)' | tail -15
     timeout "${LAUNCH_TIMEOUT:-240}" python3 bench/gpu_launch_paths.py --out "$OUT" 2>&1 | tee "$OUT/launch_paths.log"
+    # the planned launchers' host time beside torch's equivalent, then LayerNorm's autograd host time split
+    timeout 120 python3 bench/gpu_host_profile.py --out "$OUT/host" --calls 200 --only \
+      gelu_tanh-64x16384,torch_gelu-64x16384,flash_attention_hopper-causal,sdpa_auto-causal 2>&1 \
+      | tee "$OUT/host_profile.log" | head -60
+    timeout 90 python3 bench/gpu_autograd_host.py --out "$OUT/autograd" 2>&1 | tee "$OUT/autograd_host.log" | head -40
     ;;
   int4-cuda)
     start=$SECONDS
