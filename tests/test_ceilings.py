@@ -76,7 +76,7 @@ def test_measure_on_cpu_measures_every_pattern_and_caches(tmp_path, monkeypatch)
         assert f"{name} = " in first.method
     # one line per probe while measuring (minutes on a GPU), between a first and a last line
     probes = [ln for ln in lines if " via " in ln]
-    assert sum(" via torch.mm" not in ln for ln in probes) == 9  # fill 2, copy 2, add 2, read 3 probes
+    assert sum(" via torch.mm" not in ln for ln in probes) == 10  # fill 2, copy 2, add 2, read 4 probes
     assert sum(" via torch.mm" in ln for ln in probes) == len(first.matmul_tflops)
     assert lines[0].startswith("ceilings: measuring") and lines[-1].startswith("ceilings: done")
     # each ceiling keeps its own interval, and the load it was measured under
