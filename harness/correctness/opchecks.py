@@ -144,6 +144,8 @@ def run_compile(spec: Spec, backend: str, dtype: str, arch: str, device: str, ba
     # its spec changes an output's shape: a graph cached before the change asserts the old shape (seen: a
     # 0-d loss checked against a cached (1,), "wrong number of dimensions0"). Each check compiles afresh.
     fresh = torch._inductor.config.patch(force_disable_caches=True)
+    if compiler == "inductor" and torch.device(device).type == "cpu":
+        _pick_vec_isa()
     torch._dynamo.reset()
     try:
         with config.patch(**{limit: COMPILE_LIMIT + 1}), fresh, warnings.catch_warnings():
@@ -174,6 +176,17 @@ def run_compile(spec: Spec, backend: str, dtype: str, arch: str, device: str, ba
         torch._dynamo.reset()
     sizes = ", ".join(str(c.values[symbol]) for c in cases) if symbol else "one size"
     return [f"compile ({compiler}, fullgraph) {op}: {counter.frame_count} frame for {symbol} = {sizes}"]
+
+
+def _pick_vec_isa() -> None:
+    """Inductor's pick of the CPU's vector ISA, made outside the fresh cache: it builds and loads a probe per ISA
+    (five g++ builds on this AVX-512 machine, 5-7 s) into the cache directory and keeps the answer for the
+    process. Inside ``force_disable_caches`` that directory is a new empty one, so every process that ran a
+    compile check built the probes again; from Inductor's usual directory they are built once per machine. The
+    graphs are still compiled afresh."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    pick_vec_isa()
 
 
 def _copy(value):
