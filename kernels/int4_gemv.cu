@@ -119,6 +119,42 @@ __device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, i
   }
 }
 
+#if defined(KH_INT4_FLOOR)
+// A probe's floors (reports/h200/experiments/int4/cuda/int4_cuda_probe.py compiles this source again with
+// KH_INT4_FLOOR defined; the backend never does): the same loads, grid and reduction with the work per group
+// replaced. 1: every loaded word XORed into one accumulator (the loads alone). 2: the dequantisation kept, its
+// registers XORed in instead of multiplied (the loads and the dequantisation, no MMA). The result is garbage.
+template <typename T, int RT, int NT>
+__device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<RT, NT>& st) {
+  uint32_t x = 0;
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 w = st.w[t][h];
+      x ^= ((uint32_t)st.s[t][h] << 8) ^ st.z[t][h];
+      if (KH_INT4_FLOOR == 1) {
+        x ^= w.x ^ w.y ^ w.z ^ w.w;
+      } else {
+        const uint32_t s2 = (uint32_t)st.s[t][h] * 0x10001u;
+        const uint32_t nz2 = (uint32_t)Num<T>::bits(-(Num<T>::kBias + (float)st.z[t][h])) * 0x10001u;
+        const uint32_t* ws = reinterpret_cast<const uint32_t*>(&w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t p[4];
+          dequant<T>(ws[j], s2, nz2, p);
+          x ^= p[0] ^ p[1] ^ p[2] ^ p[3];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < NT; ++u)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x ^= st.a[u][j].x ^ st.a[u][j].y ^ st.a[u][j].z ^ st.a[u][j].w;
+  acc[0][0][0] += __uint_as_float(x & 0x007FFFFFu);  // a subnormal: no inf or NaN in the partial sums
+}
+#else
 template <typename T, int RT, int NT>
 __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<RT, NT>& st) {
   uint32_t s2[RT][2], nz2[RT][2];
@@ -161,6 +197,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
     }
   }
 }
+
+#endif  // KH_INT4_FLOOR
 
 // Block: W warps on RT tiles of 16 rows of w; with S splits (gridDim.y), warp i of split y takes groups
 // y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one. The warps' partial tiles

@@ -9,7 +9,11 @@ how fast against bf16 and the Triton kernels.
    above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
    (events behind a spin kernel, L2 flushed before each sample); the ratios are bf16's median over ours.
 
-3. ``--call M,N,K``: three calls of the launcher's own choice at one shape and nothing else, for Nsight Compute
+3. The floors of the launcher's configuration at each timed shape: the same source compiled again with
+   ``KH_INT4_FLOOR`` (kernels/int4_gemv.cu), its loads, grid and reduction kept and the work per group replaced,
+   1: the loaded words XORed together (the loads alone), 2: the dequantisation kept, XORed instead of multiplied
+   (no MMA). The kernel's time over the floors says what the loads cost and what the arithmetic adds.
+4. ``--call M,N,K``: three calls of the launcher's own choice at one shape and nothing else, for Nsight Compute
    to profile the third (bench/gpu_session.sh int4-cuda runs it under ``ncu --clock-control none``: where the
    warps stall, the occupancy and the DRAM throughput reached).
 
@@ -37,6 +41,8 @@ from harness.spec.load import load as load_spec  # noqa: E402
 from harness.spec.model import Case  # noqa: E402
 from kernels import int4_cuda as cu  # noqa: E402
 from kernels import int4_matmul as q4  # noqa: E402
+from kernels.common import load_cuda_extension  # noqa: E402
+from kernels.splitk import unused  # noqa: E402
 
 NKS = ((4096, 4096), (4096, 14336), (14336, 4096))
 MS = (1, 4, 16)
@@ -65,6 +71,13 @@ def check(spec, m, n, k, dtype_name, cfg) -> str | None:
     return None
 
 
+def floor_module(level: int):
+    """The kernel's source built again with KH_INT4_FLOOR = ``level`` (a module of its own name)."""
+    return load_cuda_extension(f"kh_int4_gemv_floor{level}", cu._BINDING_SRC,
+                               f"#define KH_INT4_FLOOR {level}\n" + cu.CUDA_SRC, ["int4_gemv"],
+                               torch.cuda.get_device_capability())
+
+
 def time_shape(m, n, k, bad: set) -> dict:
     a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
@@ -73,8 +86,15 @@ def time_shape(m, n, k, bad: set) -> dict:
     rec["bf16_us"], _ = median_us(lambda: torch.nn.functional.linear(a, w_bf16))
     rec["triton_us"], _ = median_us(lambda: q4.int4_matmul(a=a, w=w, scales=s, zeros=z, c=c))
     rec["cuda_us"], info = median_us(lambda: cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c))
-    rec["cuda_config"] = str(cu.CudaGemvConfig.for_shape(m, n, k))
+    cfg = cu.CudaGemvConfig.for_shape(m, n, k)
+    rec["cuda_config"] = str(cfg)
     rec["cuda_info"] = info
+    if m <= cu.ROUTE_MAX_M and cfg.splits == 1:
+        ws, cnt = unused(a.device)
+        for level, name in ((1, "floor_loads_us"), (2, "floor_dequant_us")):
+            module = floor_module(level)
+            rec[name], _ = median_us(lambda module=module: module.int4_gemv(
+                c, a, w, s, z, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth), SWEEP_TIMING)
     for cfg in CONFIGS:
         if str(cfg) in bad:
             continue
@@ -85,6 +105,9 @@ def time_shape(m, n, k, bad: set) -> dict:
     print(f"M={m} N={n} K={k}: bf16 {rec['bf16_us']:.2f} us, triton {rec['triton_us']:.2f} "
           f"({rec['bf16_us'] / rec['triton_us']:.2f}x), cuda {rec['cuda_us']:.2f} "
           f"({rec['bf16_us'] / rec['cuda_us']:.2f}x, {rec['cuda_config']})", flush=True)
+    if "floor_loads_us" in rec:
+        print(f"  floors of {cfg}: loads alone {rec['floor_loads_us']:.2f} us, loads and dequantisation "
+              f"{rec['floor_dequant_us']:.2f} us", flush=True)
     for r in rec["rows"][:3]:
         print(f"  top {r['config']}: {r['us']:.2f} us = {r['x_bf16']:.2f}x bf16", flush=True)
     return rec
