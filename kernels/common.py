@@ -219,15 +219,16 @@ def cuda_source(path: str | Path) -> str:
 
 
 def load_cuda_extension(name: str, binding_src: str, cuda_src: str, functions: list[str],
-                        capability: tuple[int, int]):
+                        capability: tuple[int, int], arch_suffix: str = ""):
     """A torch extension built from inline sources (first call only; torch caches it on disk too) for one
-    architecture alone: TORCH_CUDA_ARCH_LIST is set to it for the build and restored after."""
+    architecture alone: TORCH_CUDA_ARCH_LIST is set to it for the build and restored after. ``arch_suffix`` "a"
+    builds the architecture-specific target (sm_90a), which wgmma and setmaxnreg need."""
     from torch.utils.cpp_extension import load_inline
 
     saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}{arch_suffix}"
     try:
-        return load_inline(name=f"{name}_sm{capability[0]}{capability[1]}", cpp_sources=[binding_src],
+        return load_inline(name=f"{name}_sm{capability[0]}{capability[1]}{arch_suffix}", cpp_sources=[binding_src],
                            cuda_sources=[cuda_src], functions=functions, extra_cuda_cflags=["-O3"])
     finally:
         if saved is None:

@@ -1,0 +1,138 @@
+"""The FP8 GEMM's CUDA C++ kernel for Hopper (kernels/matmul_fp8_wgmma.cu): ``c = (a @ b.T) * scale_a * scale_b.T``
+with the semantics of kernels.matmul_fp8 (its docstring has the format), fp32 promotion of the FP8 tensor-core
+accumulator every 128 products, and that promotion overlapped with the next block's wgmma.
+
+Why CUDA. The Triton kernel's persistent TMA path promotes every 128-deep block, but Triton closes each promoted
+dot with a wait for all its wgmma groups before the add (reports/h200/experiments/fp8/fp8_dot_waits.txt), so the
+tensor cores idle during every promotion; it ran 0.69x torch._scaled_mm at 4096^3 on the H200. Here each consumer
+warpgroup keeps two wgmma accumulator sets and waits only for the previous block's group (``wgmma.wait_group 1``)
+before adding it into the fp32 total (the .cu file's header has the layout).
+
+Where it applies: sm_90 (built for sm_90a), a and b float8 e4m3 with K contiguous, M, N and K multiples of 128,
+16-byte aligned rows and pointers, c bf16 with contiguous rows, scales fp32 per tensor or per row. Anything else
+raises ValueError so a caller can take kernels.matmul_fp8 instead. Not yet measured on a GPU:
+reports/h200/experiments/fp8/wgmma/ has the probe and what was verified without one.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels.common import cuda_capability, cuda_source, load_cuda_extension, sm_count
+from kernels.matmul_fp8 import matmul_fp8_ref
+
+# matmul_fp8_ref is the reference this backend is checked against, exported beside it
+__all__ = ["WgmmaConfig", "build_cuda", "matmul_fp8_cuda", "matmul_fp8_ref", "unsupported"]
+
+CUDA_SRC = cuda_source(Path(__file__).parent / "matmul_fp8_wgmma.cu")
+
+_BINDING_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <stdexcept>
+#include <string>
+
+extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
+                                           const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                           int64_t ldb, int64_t ldc, int64_t ssa, int64_t ssb, int stages,
+                                           int mode, int num_sms, void* stream);
+
+// kernels/matmul_fp8_cuda.py has checked shapes, dtypes, strides and alignments; launched on a's device and its
+// current stream.
+void matmul_fp8_wgmma(torch::Tensor c, torch::Tensor a, torch::Tensor b, torch::Tensor scale_a,
+                      torch::Tensor scale_b, int64_t ssa, int64_t ssb, int64_t stages, int64_t mode,
+                      int64_t num_sms) {
+  const c10::cuda::CUDAGuard guard(a.device());
+  const char* err = kh_fp8_wgmma_launch(
+      c.data_ptr(), a.data_ptr(), b.data_ptr(), scale_a.data_ptr<float>(), scale_b.data_ptr<float>(), a.size(0),
+      b.size(0), a.size(1), a.stride(0), b.stride(0), c.stride(0), ssa, ssb, static_cast<int>(stages),
+      static_cast<int>(mode), static_cast<int>(num_sms),
+      at::cuda::getCurrentCUDAStream(a.device().index()).stream());
+  if (err != nullptr) throw std::runtime_error(std::string("matmul_fp8_cuda: ") + err);
+}
+"""
+
+TILE = 128  # the kernel's block along M, N and K: every dimension must be a multiple of it
+MODES = {"overlap": 0, "serial": 1, "fast": 2}
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    stages: int = 6  # shared-memory ring depth, 32 KiB a stage: 4, 5 or 6
+    # overlap: promotion of block i-1 while block i's wgmma runs (the default). serial: wait for each block before
+    # its add, what Triton does, kept to measure the overlap. fast: no promotion (the whole K in the instruction's
+    # accumulator), the speed ceiling; fails the spec's accuracy bound at long K, so only a probe asks for it.
+    mode: str = "overlap"
+
+    def __post_init__(self):
+        if self.stages not in (4, 5, 6) or self.mode not in MODES:
+            raise ValueError(f"WgmmaConfig: stages 4, 5 or 6, mode one of {sorted(MODES)}; got {self}")
+
+
+@functools.cache
+def _module(capability: tuple[int, int]):
+    return load_cuda_extension("kh_fp8_wgmma", _BINDING_SRC, CUDA_SRC, ["matmul_fp8_wgmma"], capability,
+                               arch_suffix="a")
+
+
+def build_cuda() -> None:
+    """Compile for the current device once, so a failed build shows up as one error with its reason."""
+    _module(torch.cuda.get_device_capability())
+
+
+def _scale_stride(scale: torch.Tensor, rows: int, name: str) -> int:
+    if scale.dtype != torch.float32 or scale.dim() != 2 or scale.shape[1] != 1 or scale.shape[0] not in (1, rows):
+        raise ValueError(f"matmul_fp8_cuda: {name} must be fp32 [1, 1] (per tensor) or [{rows}, 1] (per row), got "
+                         f"{scale.dtype} {list(scale.shape)}")
+    return scale.stride(0) if scale.shape[0] > 1 else 0
+
+
+def unsupported(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                c: torch.Tensor) -> str | None:  # fmt: skip
+    """Why the kernel cannot take these operands, or None where it can (the module docstring says what it takes)."""
+    if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[1] or tuple(c.shape) != (a.shape[0], b.shape[0]):
+        return f"expected a [M, K], b [N, K], c [M, N]; got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(c.shape)}"
+    if not (a.is_cuda and b.is_cuda and c.is_cuda and scale_a.is_cuda and scale_b.is_cuda):
+        return "every operand must be on a CUDA device"
+    if len({a.device, b.device, c.device, scale_a.device, scale_b.device}) != 1:
+        return "every operand must be on one device"
+    if cuda_capability(a.device) != (9, 0):
+        return f"the kernel is built for sm_90a, the device is sm_{''.join(map(str, cuda_capability(a.device)))}"
+    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+        return f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}"
+    if c.dtype != torch.bfloat16:
+        return f"c must be bfloat16, got {c.dtype}"
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0 or k == 0 or m % TILE or n % TILE or k % TILE:
+        return f"M, N and K must be positive multiples of {TILE}, got {m}, {n}, {k}"
+    if a.stride(1) != 1 or b.stride(1) != 1 or c.stride(1) != 1:
+        return f"a, b and c need contiguous rows, got strides {a.stride()}, {b.stride()}, {c.stride()}"
+    if a.stride(0) % 16 or b.stride(0) % 16 or c.stride(0) % 8:
+        return "row strides must be 16-byte aligned (TMA)"
+    if a.data_ptr() % 16 or b.data_ptr() % 16 or c.data_ptr() % 16:
+        return "a, b and c must start 16-byte aligned"
+    return None
+
+
+def matmul_fp8_cuda(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                    c: torch.Tensor, fast_accum: bool = False, config: WgmmaConfig | None = None) -> None:
+    """``c = (a @ b.T) * scale_a * scale_b.T`` in place, as kernels.matmul_fp8:matmul_fp8 takes it. ValueError
+    where the kernel does not take the operands (the caller falls back to the Triton kernel); ``fast_accum`` is
+    the fast mode's switch, as there, and ``config`` (probes, sweeps) replaces the default configuration."""
+    ssa = _scale_stride(scale_a, a.shape[0] if a.dim() == 2 else -1, "scale_a")
+    ssb = _scale_stride(scale_b, b.shape[0] if b.dim() == 2 else -1, "scale_b")
+    why = unsupported(a, b, scale_a, scale_b, c)
+    if why is not None:
+        raise ValueError(f"matmul_fp8_cuda: {why}")
+    cfg = config or WgmmaConfig(mode="fast" if fast_accum else "overlap")
+    if fast_accum and cfg.mode != "fast":
+        raise ValueError(f"matmul_fp8_cuda: fast_accum with config mode {cfg.mode!r}")
+    module = _module(cuda_capability(a.device))
+    module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], sm_count(a.device))

@@ -1,0 +1,357 @@
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+// FP8 GEMM for Hopper (sm_90a) with fp32 promotion overlapped with the tensor cores:
+// c[M, N] (bf16) = (a[M, K] @ b[N, K].T) * scale_a * scale_b.T, a and b e4m3, K-major.
+//
+// Why by hand: fp8 wgmma adds into an accumulator that keeps about 14 bits, so every 128-deep block of K is summed
+// in a wgmma accumulator of its own and then added into an fp32 total. Triton waits for all of its wgmma groups
+// before that add, so the tensor cores idle during every promotion. Here each consumer warpgroup holds two wgmma
+// accumulator sets: block i's wgmmas are issued into one set, then `wgmma.wait_group 1` retires only block i-1's
+// group and its set is added into the total while block i runs on the tensor cores.
+//
+// Layout: a persistent CTA per SM, 384 threads. Warpgroup 0 is the producer (one thread issues TMA into a ring of
+// STAGES shared-memory stages, full/empty mbarriers per stage); warpgroups 1 and 2 are consumers sharing one
+// 128 x 128 output tile, 64 rows each (wgmma m64n128k32). A stage is one 128-deep block of both operands, 128-byte
+// rows under the 128B swizzle: 16 KiB of a, 16 KiB of b. Registers per consumer thread: 3 x 64 fp32 (two wgmma
+// sets and the total), so the producer gives registers back (setmaxnreg) for the consumers to take.
+//
+// kMode picks the accumulation: kOverlap (above), kSerial (wait for the block, then add: what Triton does, kept
+// as the measurement of what the overlap wins) and kFast (the whole K in the wgmma accumulator, no promotion: the
+// ceiling, fails the spec's accuracy bound at long K; never the launcher's default).
+
+namespace kh_fp8_wgmma {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 128;
+constexpr int kStageBytes = (kBM + kBN) * kBK;  // e4m3: one byte per element
+constexpr int kThreads = 384;
+constexpr int kGroupM = 8;  // tile rows per band of the persistent order, for L2 reuse of b
+constexpr int kOverlap = 0, kSerial = 1, kFast = 2;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y)
+      : "memory");
+}
+
+// K-major operand under the 128B swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart (the stride byte offset);
+// the leading byte offset is unused for swizzled K-major layouts. Stage buffers are 1024-byte aligned, so the
+// swizzle phase (base offset) is 0 and a k step of 32 bytes moves only the start address.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+#define KH_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d (+)= a (64 x 32, smem) * b (128 x 32, smem).T; scale_d 0 overwrites d, so a block never zeroes its set with
+// ordinary instructions (that would make ptxas serialise the wgmmas around them).
+template <int ScaleD> __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : KH_D8(0), KH_D8(8), KH_D8(16), KH_D8(24), KH_D8(32), KH_D8(40), KH_D8(48), KH_D8(56)
+      : "l"(da), "l"(db), "n"(ScaleD));
+}
+#undef KH_D8
+
+// One 128-deep block: four k32 wgmmas as one group. Accumulate: keep adding into d (kFast after its first block).
+template <bool Accumulate>
+__device__ __forceinline__ void mma_block(float (&d)[64], uint32_t a_addr, uint32_t b_addr) {
+  const uint64_t da = smem_desc(a_addr), db = smem_desc(b_addr);
+  wgmma_fence();  // the set was last read by the promotion's adds
+  wgmma_m64n128k32<Accumulate ? 1 : 0>(d, da, db);
+#pragma unroll
+  for (int k = 1; k < kBK / 32; ++k) wgmma_m64n128k32<1>(d, da + 2 * k, db + 2 * k);  // 32 bytes = 2 units of 16
+  wgmma_commit();
+}
+
+__device__ __forceinline__ void promote(float (&total)[64], const float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] += d[i];
+}
+
+struct Ring {  // the consumer's view of the stage ring, continued across tiles
+  uint32_t base, full, empty;
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ uint32_t a() const { return base + stage * kStageBytes; }
+  __device__ __forceinline__ uint32_t b() const { return base + stage * kStageBytes + kBM * kBK; }
+};
+
+template <int Stages> __device__ __forceinline__ void advance(int& stage, uint32_t& phase) {
+  if (++stage == Stages) { stage = 0; phase ^= 1; }
+}
+
+__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int band = kGroupM * tiles_n;
+  const int first = (tile / band) * kGroupM;
+  const int rows = min(tiles_m - first, kGroupM);
+  tm = first + (tile % band) % rows;
+  tn = (tile % band) / rows;
+}
+
+template <int Stages, int Mode>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    __nv_bfloat16* __restrict__ c, const float* __restrict__ scale_a,
+                    const float* __restrict__ scale_b, int M, int N, int K, int64_t ldc, int64_t ssa, int64_t ssb) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // a build for another target than sm_90a (wgmma, setmaxnreg) carries no kernel
+#else
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // the 128B swizzle pattern repeats every 1024 bytes: stages start on that boundary
+  const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem_raw + (base - smem_addr(smem_raw)) + Stages * kStageBytes);
+  const uint32_t full = smem_addr(bars), empty = full + 8 * Stages;
+
+  const int wg = threadIdx.x / 128;
+  const int tiles_m = M / kBM, tiles_n = N / kBN, tiles = tiles_m * tiles_n, kblocks = K / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      for (int kb = 0; kb < kblocks; ++kb) {
+        // a fresh barrier counts its (virtual) previous phase complete: the first round does not wait
+        mbar_wait(empty + 8 * stage, phase ^ 1);
+        const uint32_t a = base + stage * kStageBytes;
+        mbar_expect_tx(full + 8 * stage, kStageBytes);
+        tma_load_2d(a, &map_a, full + 8 * stage, kb * kBK, tm * kBM);
+        tma_load_2d(a + kBM * kBK, &map_b, full + 8 * stage, kb * kBK, tn * kBN);
+        advance<Stages>(stage, phase);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1;  // this consumer's 64 rows of the tile
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const bool releaser = lane == 0;
+  const uint32_t a_off = cw * 64 * kBK;
+  Ring r{base, full, empty};
+  float total[64], acc0[64], acc1[64];
+
+  // waits for the current stage, issues its block into d, and steps the ring; returns the stage it used
+  auto issue = [&](float(&d)[64], bool accumulate) {
+    mbar_wait(r.full + 8 * r.stage, r.phase);
+    if (accumulate) mma_block<true>(d, r.a() + a_off, r.b());
+    else mma_block<false>(d, r.a() + a_off, r.b());
+    const int used = r.stage;
+    advance<Stages>(r.stage, r.phase);
+    return used;
+  };
+  auto release = [&](int stage) {
+    if (releaser) mbar_arrive(r.empty + 8 * stage);
+  };
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    if constexpr (Mode != kFast) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[i] = 0.f;
+    }
+
+    if constexpr (Mode == kOverlap) {
+      int prev = issue(acc0, false);
+      for (int kb = 1;; ++kb) {
+        if (kb == kblocks) { wgmma_wait<0>(); promote(total, acc0); release(prev); break; }
+        int cur = issue(acc1, false);
+        wgmma_wait<1>();  // block kb-1 (acc0) done, block kb (acc1) still on the tensor cores
+        promote(total, acc0);
+        release(prev);
+        prev = cur;
+        if (++kb == kblocks) { wgmma_wait<0>(); promote(total, acc1); release(prev); break; }
+        cur = issue(acc0, false);
+        wgmma_wait<1>();
+        promote(total, acc1);
+        release(prev);
+        prev = cur;
+      }
+    } else if constexpr (Mode == kSerial) {
+      for (int kb = 0; kb < kblocks; ++kb) {
+        const int used = issue(acc0, false);
+        wgmma_wait<0>();
+        promote(total, acc0);
+        release(used);
+      }
+    } else {
+      int prev = issue(total, false);
+      for (int kb = 1; kb < kblocks; ++kb) {
+        const int cur = issue(total, true);
+        wgmma_wait<1>();
+        release(prev);
+        prev = cur;
+      }
+      wgmma_wait<0>();
+      release(prev);
+    }
+
+    // wgmma's D fragment: register 4j + 2i + e is row 16 warp + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e.
+    // Scaled as the reference does, (acc * scale_a) * scale_b, then one rounding to bf16.
+    const int row0 = tm * kBM + cw * 64 + warp * 16 + lane / 4;
+    const int col0 = tn * kBN + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      const float sa = __ldg(scale_a + row * ssa);
+      __nv_bfloat16* crow = c + row * ldc;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int col = col0 + 8 * j;
+        const float x = total[4 * j + 2 * i] * sa * __ldg(scale_b + col * ssb);
+        const float y = total[4 * j + 2 * i + 1] * sa * __ldg(scale_b + (col + 1) * ssb);
+        *reinterpret_cast<__nv_bfloat162*>(crow + col) = __floats2bfloat162_rn(x, y);
+      }
+    }
+  }
+#endif
+}
+
+typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {  // the driver's entry point through the runtime: no link against libcuda
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess)
+      p = nullptr;
+#else
+    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q) != cudaSuccess) p = nullptr;
+#endif
+    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// rows x k bytes with row stride ld bytes, read in boxes of box_rows x 128 (one 128-byte swizzled row each)
+bool make_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_t ld, uint32_t box_rows) {
+  const EncodeTiled encode = encode_fn();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {kBK, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int Stages, int Mode>
+cudaError_t launch(const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* c, const float* sa, const float* sb,
+                   int M, int N, int K, int64_t ldc, int64_t ssa, int64_t ssb, int num_sms, cudaStream_t stream) {
+  constexpr int smem = Stages * kStageBytes + 1024 + 16 * Stages;  // alignment slack, then the barriers
+  auto kernel = fp8_gemm_kernel<Stages, Mode>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const int tiles = (M / kBM) * (N / kBN);
+  kernel<<<tiles < num_sms ? tiles : num_sms, kThreads, smem, stream>>>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb);
+  return cudaGetLastError();
+}
+
+template <int Mode>
+cudaError_t dispatch(int stages, const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* c, const float* sa,
+                     const float* sb, int M, int N, int K, int64_t ldc, int64_t ssa, int64_t ssb, int sms,
+                     cudaStream_t s) {
+  switch (stages) {
+    case 4: return launch<4, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
+    case 5: return launch<5, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
+    case 6: return launch<6, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+}  // namespace kh_fp8_wgmma
+
+// Checks what the kernel relies on (the Python launcher checks them first, with the reasons); a null return is
+// success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion.
+extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
+                                           const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                           int64_t ldb, int64_t ldc, int64_t ssa, int64_t ssb, int stages,
+                                           int mode, int num_sms, void* stream) {
+  using namespace kh_fp8_wgmma;
+  if (M <= 0 || N <= 0 || K <= 0 || M % kBM || N % kBN || K % kBK) return "M, N and K must be multiples of 128";
+  if (M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) return "M, N and K must be below 2**30";
+  if (lda % 16 || ldb % 16 || ldc % 8) return "row strides must be 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(a) % 16 || reinterpret_cast<uintptr_t>(b) % 16 ||
+      reinterpret_cast<uintptr_t>(c) % 16)
+    return "a, b and c must be 16-byte aligned";
+  if (stages < 4 || stages > 6) return "stages must be 4, 5 or 6";
+  if (num_sms < 1) return "num_sms must be positive";
+  CUtensorMap ma, mb;
+  if (!make_map(&ma, a, M, K, lda, kBM) || !make_map(&mb, b, N, K, ldb, kBN))
+    return "cuTensorMapEncodeTiled failed (or the driver lacks it)";
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  __nv_bfloat16* cc = static_cast<__nv_bfloat16*>(c);
+  cudaError_t err;
+  switch (mode) {
+    case 0: err = dispatch<kOverlap>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
+    case 1: err = dispatch<kSerial>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
+    case 2: err = dispatch<kFast>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
+    default: return "mode must be 0, 1 or 2";
+  }
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
