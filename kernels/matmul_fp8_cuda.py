@@ -41,18 +41,18 @@ _BINDING_SRC = r"""
 extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
                                            const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
                                            int64_t ldb, int64_t ldc, int64_t ssa, int64_t ssb, int stages,
-                                           int mode, int num_sms, void* stream);
+                                           int mode, int cluster, int num_sms, void* stream);
 
 // kernels/matmul_fp8_cuda.py has checked shapes, dtypes, strides and alignments; launched on a's device and its
 // current stream.
 void matmul_fp8_wgmma(torch::Tensor c, torch::Tensor a, torch::Tensor b, torch::Tensor scale_a,
                       torch::Tensor scale_b, int64_t ssa, int64_t ssb, int64_t stages, int64_t mode,
-                      int64_t num_sms) {
+                      int64_t cluster, int64_t num_sms) {
   const c10::cuda::CUDAGuard guard(a.device());
   const char* err = kh_fp8_wgmma_launch(
       c.data_ptr(), a.data_ptr(), b.data_ptr(), scale_a.data_ptr<float>(), scale_b.data_ptr<float>(), a.size(0),
       b.size(0), a.size(1), a.stride(0), b.stride(0), c.stride(0), ssa, ssb, static_cast<int>(stages),
-      static_cast<int>(mode), static_cast<int>(num_sms),
+      static_cast<int>(mode), static_cast<int>(cluster), static_cast<int>(num_sms),
       at::cuda::getCurrentCUDAStream(a.device().index()).stream());
   if (err != nullptr) throw std::runtime_error(std::string("matmul_fp8_cuda: ") + err);
 }
@@ -69,10 +69,19 @@ class WgmmaConfig:
     # its add, what Triton does, kept to measure the overlap. fast: no promotion (the whole K in the instruction's
     # accumulator), the speed ceiling; fails the spec's accuracy bound at long K, so only a probe asks for it.
     mode: str = "overlap"
+    # 2: pairs of CTAs (a cluster) on vertically adjacent tiles, each loading half of b's tile and multicasting it
+    # to both, which halves b's reads from L2 (a 128 x 128 tile reads 128 FLOP per byte without it); M must then
+    # be a multiple of 256. Not the default until a GPU has measured it.
+    cluster: int = 1
 
     def __post_init__(self):
-        if self.stages not in (4, 5, 6) or self.mode not in MODES:
-            raise ValueError(f"WgmmaConfig: stages 4, 5 or 6, mode one of {sorted(MODES)}; got {self}")
+        if self.stages not in (4, 5, 6) or self.mode not in MODES or self.cluster not in (1, 2):
+            raise ValueError(f"WgmmaConfig: stages 4, 5 or 6, mode one of {sorted(MODES)}, cluster 1 or 2; "
+                             f"got {self}")
+
+    def takes(self, m: int) -> bool:
+        """Whether this configuration takes M rows (a cluster needs a pair of tiles)."""
+        return m % (TILE * self.cluster) == 0
 
 
 @functools.cache
@@ -134,5 +143,8 @@ def matmul_fp8_cuda(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
     cfg = config or WgmmaConfig(mode="fast" if fast_accum else "overlap")
     if fast_accum and cfg.mode != "fast":
         raise ValueError(f"matmul_fp8_cuda: fast_accum with config mode {cfg.mode!r}")
+    if not cfg.takes(a.shape[0]):
+        raise ValueError(f"matmul_fp8_cuda: clusters of {cfg.cluster} need M a multiple of {TILE * cfg.cluster}")
     module = _module(cuda_capability(a.device))
-    module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], sm_count(a.device))
+    module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], cfg.cluster,
+                            sm_count(a.device))

@@ -133,7 +133,39 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   tn = (tile % band) / rows;
 }
 
-template <int Stages, int Mode>
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {  // every thread of both CTAs, converged or not
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// the same barrier's address in the peer CTA of the cluster, arrived on from here
+__device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t peer) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(peer)
+      : "memory");
+}
+
+// rows of b to both CTAs of the cluster, at the same offset and barrier in each
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int x,
+                                                      int y, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask)
+      : "memory");
+}
+
+// Cluster 2: two CTAs take vertically adjacent tiles (same columns of b) and each loads half of b's 128 rows,
+// multicast into both: b's reads from L2 are halved (a tile of 128 x 128 needs 32 KiB per 128-deep block
+// otherwise). A stage is then written by both CTAs' loads, so it is free only once the consumers of both have
+// released it: each consumer warp arrives on its own and its peer's empty barrier.
+template <int Stages, int Mode, int Cluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     __nv_bfloat16* __restrict__ c, const float* __restrict__ scale_a,
@@ -141,6 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // a build for another target than sm_90a (wgmma, setmaxnreg) carries no kernel
 #else
+  static_assert(Cluster == 1 || Cluster == 2, "clusters of 1 or 2 CTAs");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // the 128B swizzle pattern repeats every 1024 bytes: stages start on that boundary
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
@@ -148,37 +181,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full = smem_addr(bars), empty = full + 8 * Stages;
 
   const int wg = threadIdx.x / 128;
-  const int tiles_m = M / kBM, tiles_n = N / kBN, tiles = tiles_m * tiles_n, kblocks = K / kBK;
+  const uint32_t rank = Cluster == 1 ? 0 : cluster_rank();
+  // work units: Cluster vertically adjacent tiles, one per CTA of a cluster
+  const int units_m = M / (kBM * Cluster), tiles_n = N / kBN, units = units_m * tiles_n, kblocks = K / kBK;
+  const int first_unit = blockIdx.x / Cluster, unit_step = gridDim.x / Cluster;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Stages; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+      mbar_init(empty + 8 * s, 8 * Cluster);  // one arrival per consumer warp of the cluster
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (Cluster == 1) __syncthreads();
+  else cluster_sync();  // the peer's barriers exist before any arrival or multicast reaches them
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x != 0) return;
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int tm, tn;
-      tile_coords(tile, tiles_m, tiles_n, tm, tn);
-      for (int kb = 0; kb < kblocks; ++kb) {
-        // a fresh barrier counts its (virtual) previous phase complete: the first round does not wait
-        mbar_wait(empty + 8 * stage, phase ^ 1);
-        const uint32_t a = base + stage * kStageBytes;
-        mbar_expect_tx(full + 8 * stage, kStageBytes);
-        tma_load_2d(a, &map_a, full + 8 * stage, kb * kBK, tm * kBM);
-        tma_load_2d(a + kBM * kBK, &map_b, full + 8 * stage, kb * kBK, tn * kBN);
-        advance<Stages>(stage, phase);
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int unit = first_unit; unit < units; unit += unit_step) {
+        int um, tn;
+        tile_coords(unit, units_m, tiles_n, um, tn);
+        const int tm = um * Cluster + rank;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          // a fresh barrier counts its (virtual) previous phase complete: the first round does not wait
+          mbar_wait(empty + 8 * stage, phase ^ 1);
+          const uint32_t a = base + stage * kStageBytes, bar = full + 8 * stage;
+          mbar_expect_tx(bar, kStageBytes);  // a, and all of b's rows whoever loads them
+          tma_load_2d(a, &map_a, bar, kb * kBK, tm * kBM);
+          if constexpr (Cluster == 1) {
+            tma_load_2d(a + kBM * kBK, &map_b, bar, kb * kBK, tn * kBN);
+          } else {
+            constexpr int half = kBN / 2;
+            tma_load_2d_multicast(a + kBM * kBK + rank * half * kBK, &map_b, bar, kb * kBK, tn * kBN + rank * half,
+                                  0x3);
+          }
+          advance<Stages>(stage, phase);
+        }
       }
     }
+    if constexpr (Cluster == 2) cluster_sync();
     return;
   }
 
@@ -200,12 +246,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     return used;
   };
   auto release = [&](int stage) {
-    if (releaser) mbar_arrive(r.empty + 8 * stage);
+    if (releaser) {
+      mbar_arrive(r.empty + 8 * stage);
+      if constexpr (Cluster == 2) mbar_arrive_peer(r.empty + 8 * stage, rank ^ 1);
+    }
   };
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int tm, tn;
-    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+  for (int unit = first_unit; unit < units; unit += unit_step) {
+    int um, tn;
+    tile_coords(unit, units_m, tiles_n, um, tn);
+    const int tm = um * Cluster + rank;
     if constexpr (Mode != kFast) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) total[i] = 0.f;
@@ -264,6 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  // the peer may still arrive on this CTA's barriers until its last stage is released
+  if constexpr (Cluster == 2) cluster_sync();
 #endif
 }
 
@@ -274,7 +326,7 @@ typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, v
 EncodeTiled encode_fn() {  // the driver's entry point through the runtime: no link against libcuda
   static EncodeTiled fn = [] {
     void* p = nullptr;
-    cudaDriverEntryPointQueryResult q;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess)
       p = nullptr;
@@ -299,39 +351,71 @@ bool make_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t k, int64_
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int Stages, int Mode>
-cudaError_t launch(const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* c, const float* sa, const float* sb,
-                   int M, int N, int K, int64_t ldc, int64_t ssa, int64_t ssb, int num_sms, cudaStream_t stream) {
+struct Args {
+  CUtensorMap ma, mb;
+  __nv_bfloat16* c;
+  const float *sa, *sb;
+  int M, N, K;
+  int64_t ldc, ssa, ssb;
+  int num_sms;
+  cudaStream_t stream;
+};
+
+template <int Stages, int Mode, int Cluster>
+cudaError_t launch(const Args& p) {
   constexpr int smem = Stages * kStageBytes + 1024 + 16 * Stages;  // alignment slack, then the barriers
-  auto kernel = fp8_gemm_kernel<Stages, Mode>;
+  auto kernel = fp8_gemm_kernel<Stages, Mode, Cluster>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const int tiles = (M / kBM) * (N / kBN);
-  kernel<<<tiles < num_sms ? tiles : num_sms, kThreads, smem, stream>>>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb);
-  return cudaGetLastError();
+  const int units = (p.M / (kBM * Cluster)) * (p.N / kBN);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = p.stream;
+  int slots = p.num_sms;  // CTAs (Cluster 1) or clusters resident at once
+  if constexpr (Cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3(Cluster * (p.num_sms / Cluster));
+    // not every SM may take part in a cluster (GPCs of odd size): ask how many fit
+    slots = p.num_sms / Cluster;
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) == cudaSuccess && fit > 0 && fit < slots) slots = fit;
+  }
+  cfg.gridDim = dim3(Cluster * (units < slots ? units : slots));
+  return cudaLaunchKernelEx(&cfg, kernel, p.ma, p.mb, p.c, p.sa, p.sb, p.M, p.N, p.K, p.ldc, p.ssa, p.ssb);
+}
+
+template <int Mode, int Cluster>
+cudaError_t by_stages(int stages, const Args& p) {
+  switch (stages) {
+    case 4: return launch<4, Mode, Cluster>(p);
+    case 5: return launch<5, Mode, Cluster>(p);
+    case 6: return launch<6, Mode, Cluster>(p);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 template <int Mode>
-cudaError_t dispatch(int stages, const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* c, const float* sa,
-                     const float* sb, int M, int N, int K, int64_t ldc, int64_t ssa, int64_t ssb, int sms,
-                     cudaStream_t s) {
-  switch (stages) {
-    case 4: return launch<4, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
-    case 5: return launch<5, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
-    case 6: return launch<6, Mode>(ma, mb, c, sa, sb, M, N, K, ldc, ssa, ssb, sms, s);
-    default: return cudaErrorInvalidValue;
-  }
+cudaError_t by_cluster(int stages, int cluster, const Args& p) {
+  return cluster == 2 ? by_stages<Mode, 2>(stages, p) : by_stages<Mode, 1>(stages, p);
 }
 
 }  // namespace
 }  // namespace kh_fp8_wgmma
 
 // Checks what the kernel relies on (the Python launcher checks them first, with the reasons); a null return is
-// success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion.
+// success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion;
+// cluster: 1, or 2 (b multicast to a pair of CTAs; M a multiple of 256).
 extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
                                            const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
                                            int64_t ldb, int64_t ldc, int64_t ssa, int64_t ssb, int stages,
-                                           int mode, int num_sms, void* stream) {
+                                           int mode, int cluster, int num_sms, void* stream) {
   using namespace kh_fp8_wgmma;
   if (M <= 0 || N <= 0 || K <= 0 || M % kBM || N % kBN || K % kBK) return "M, N and K must be multiples of 128";
   if (M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) return "M, N and K must be below 2**30";
@@ -340,18 +424,26 @@ extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b
       reinterpret_cast<uintptr_t>(c) % 16)
     return "a, b and c must be 16-byte aligned";
   if (stages < 4 || stages > 6) return "stages must be 4, 5 or 6";
-  if (num_sms < 1) return "num_sms must be positive";
-  CUtensorMap ma, mb;
-  if (!make_map(&ma, a, M, K, lda, kBM) || !make_map(&mb, b, N, K, ldb, kBN))
+  if (mode < 0 || mode > 2) return "mode must be 0, 1 or 2";
+  if (cluster != 1 && cluster != 2) return "cluster must be 1 or 2";
+  if (M % (kBM * cluster)) return "M must be a multiple of 256 for clusters of 2";
+  if (num_sms < cluster) return "num_sms must be at least the cluster size";
+  Args p;
+  if (!make_map(&p.ma, a, M, K, lda, kBM) || !make_map(&p.mb, b, N, K, ldb, kBN / cluster))
     return "cuTensorMapEncodeTiled failed (or the driver lacks it)";
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  __nv_bfloat16* cc = static_cast<__nv_bfloat16*>(c);
-  cudaError_t err;
-  switch (mode) {
-    case 0: err = dispatch<kOverlap>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
-    case 1: err = dispatch<kSerial>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
-    case 2: err = dispatch<kFast>(stages, ma, mb, cc, scale_a, scale_b, M, N, K, ldc, ssa, ssb, num_sms, s); break;
-    default: return "mode must be 0, 1 or 2";
-  }
+  p.c = static_cast<__nv_bfloat16*>(c);
+  p.sa = scale_a;
+  p.sb = scale_b;
+  p.M = static_cast<int>(M);
+  p.N = static_cast<int>(N);
+  p.K = static_cast<int>(K);
+  p.ldc = ldc;
+  p.ssa = ssa;
+  p.ssb = ssb;
+  p.num_sms = num_sms;
+  p.stream = static_cast<cudaStream_t>(stream);
+  const cudaError_t err = mode == kOverlap ? by_cluster<kOverlap>(stages, cluster, p)
+                          : mode == kSerial ? by_cluster<kSerial>(stages, cluster, p)
+                                            : by_cluster<kFast>(stages, cluster, p);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

@@ -38,6 +38,9 @@ VARIANTS = {
     "overlap_s4": WgmmaConfig(4, "overlap"),
     "serial_s6": WgmmaConfig(6, "serial"),
     "fast_s6": WgmmaConfig(6, "fast"),
+    # b multicast across a pair of CTAs: the risky one (cluster launch, remote barriers), so last
+    "overlap_s6_c2": WgmmaConfig(6, "overlap", 2),
+    "overlap_s5_c2": WgmmaConfig(5, "overlap", 2),
 }
 DEFAULT = "overlap_s6"
 CHECK_SHAPES = [(128, 128, 256), (256, 512, 1024), (512, 256, 4096), (4096, 4096, 4096), (256, 256, 14336),
@@ -73,6 +76,8 @@ def check(cfg: WgmmaConfig) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     out = {}
     for (m, n, k) in CHECK_SHAPES:
+        if not cfg.takes(m):
+            continue
         for per_row in (0, 1):
             key = f"M={m} N={n} K={k} per_row={per_row}"
             a, b, sa, sb = inputs(m, n, k, per_row, seed=m + 7 * n + 13 * k + per_row)
@@ -141,6 +146,8 @@ def timing(cfg: WgmmaConfig, with_triton: bool, samples: int) -> dict:
     out = {}
     for (m, n, k, per_row) in TIME_SHAPES:
         key = f"M={m} N={n} K={k} per_row={per_row}"
+        if not cfg.takes(m):
+            continue
         try:
             out[key] = time_shape(cfg, m, n, k, per_row, with_triton, samples)
         except Exception as e:  # noqa: BLE001
@@ -152,7 +159,7 @@ def timing(cfg: WgmmaConfig, with_triton: bool, samples: int) -> dict:
 
 def run_variant(name: str, with_triton: bool, samples: int) -> dict:
     cfg = VARIANTS[name]
-    res = {"config": {"stages": cfg.stages, "mode": cfg.mode}}
+    res = {"config": {"stages": cfg.stages, "mode": cfg.mode, "cluster": cfg.cluster}}
     try:
         t0 = time.time()
         res["accuracy"] = check(cfg)
