@@ -59,15 +59,17 @@ void matmul_fp8_wgmma(torch::Tensor c, torch::Tensor a, torch::Tensor b, torch::
 """
 
 TILE = 128  # the kernel's block along M, N and K: every dimension must be a multiple of it
-MODES = {"overlap": 0, "serial": 1, "fast": 2}
+MODES = {"overlap": 0, "serial": 1, "fast": 2, "stream": 3}
 
 
 @dataclass(frozen=True)
 class WgmmaConfig:
     stages: int = 6  # shared-memory ring depth, 32 KiB a stage: 4, 5 or 6
-    # overlap: promotion of block i-1 while block i's wgmma runs (the default). serial: wait for each block before
-    # its add, what Triton does, kept to measure the overlap. fast: no promotion (the whole K in the instruction's
-    # accumulator), the speed ceiling; fails the spec's accuracy bound at long K, so only a probe asks for it.
+    # overlap: promotion of block i-1 while block i's wgmma runs (the default). stream: the same, with the next
+    # tile's first block issued before the current tile's last promotion and store, which then run while the
+    # tensor cores work. serial: wait for each block before its add, what Triton does, kept to measure the
+    # overlap. fast: no promotion (the whole K in the instruction's accumulator), the speed ceiling; fails the
+    # spec's accuracy bound at long K, so only a probe asks for it.
     mode: str = "overlap"
     # 2: pairs of CTAs (a cluster) on vertically adjacent tiles, each loading half of b's tile and multicasting it
     # to both, which halves b's reads from L2 (a 128 x 128 tile reads 128 FLOP per byte without it); M must then

@@ -18,8 +18,10 @@
 // rows under the 128B swizzle: 16 KiB of a, 16 KiB of b. Registers per consumer thread: 3 x 64 fp32 (two wgmma
 // sets and the total), so the producer gives registers back (setmaxnreg) for the consumers to take.
 //
-// kMode picks the accumulation: kOverlap (above), kSerial (wait for the block, then add: what Triton does, kept
-// as the measurement of what the overlap wins) and kFast (the whole K in the wgmma accumulator, no promotion: the
+// Mode picks the schedule: kOverlap (above), kStream (the same, and the blocks run as one stream across the CTA's
+// tiles: the next tile's first block is issued before the current tile's last promotion and store, so the store
+// runs while the tensor cores work), kSerial (wait for the block, then add: what Triton does, kept as the
+// measurement of what the overlap wins) and kFast (the whole K in the wgmma accumulator, no promotion: the
 // ceiling, fails the spec's accuracy bound at long K; never the launcher's default).
 
 namespace kh_fp8_wgmma {
@@ -29,7 +31,7 @@ constexpr int kBM = 128, kBN = 128, kBK = 128;
 constexpr int kStageBytes = (kBM + kBN) * kBK;  // e4m3: one byte per element
 constexpr int kThreads = 384;
 constexpr int kGroupM = 8;  // tile rows per band of the persistent order, for L2 reuse of b
-constexpr int kOverlap = 0, kSerial = 1, kFast = 2;
+constexpr int kOverlap = 0, kSerial = 1, kFast = 2, kStream = 3;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -131,6 +133,29 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   const int rows = min(tiles_m - first, kGroupM);
   tm = first + (tile % band) % rows;
   tn = (tile % band) / rows;
+}
+
+// wgmma's D fragment: register 4j + 2i + e is row 16 warp + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e.
+// Scaled as the reference does, (acc * scale_a) * scale_b, then one rounding to bf16.
+__device__ __forceinline__ void store_tile(const float (&total)[64], __nv_bfloat16* __restrict__ c,
+                                           const float* __restrict__ scale_a, const float* __restrict__ scale_b,
+                                           int tm, int tn, int cw, int warp, int lane, int64_t ldc, int64_t ssa,
+                                           int64_t ssb) {
+  const int row0 = tm * kBM + cw * 64 + warp * 16 + lane / 4;
+  const int col0 = tn * kBN + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row0 + 8 * i;
+    const float sa = __ldg(scale_a + row * ssa);
+    __nv_bfloat16* crow = c + row * ldc;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int col = col0 + 8 * j;
+      const float x = total[4 * j + 2 * i] * sa * __ldg(scale_b + col * ssb);
+      const float y = total[4 * j + 2 * i + 1] * sa * __ldg(scale_b + (col + 1) * ssb);
+      *reinterpret_cast<__nv_bfloat162*>(crow + col) = __floats2bfloat162_rn(x, y);
+    }
+  }
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -252,6 +277,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  if constexpr (Mode == kStream) {
+    // One stream of blocks across this CTA's tiles: the first block of the next tile is issued before the last
+    // one of the current tile is promoted, so the tile's store runs while the tensor cores work.
+    const int mine = first_unit < units ? (units - first_unit + unit_step - 1) / unit_step : 0;
+    const int blocks = mine * kblocks;
+    int unit = first_unit, kb = 0;  // the tile and block retired next
+    auto retire = [&](const float(&d)[64], int stage) {
+      promote(total, d);
+      release(stage);
+      if (++kb == kblocks) {
+        int um, tn;
+        tile_coords(unit, units_m, tiles_n, um, tn);
+        store_tile(total, c, scale_a, scale_b, um * Cluster + rank, tn, cw, warp, lane, ldc, ssa, ssb);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) total[i] = 0.f;
+        kb = 0;
+        unit += unit_step;
+      }
+    };
+    if (blocks > 0) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[i] = 0.f;
+      int prev = issue(acc0, false);
+      for (int g = 1;; ++g) {
+        if (g == blocks) { wgmma_wait<0>(); retire(acc0, prev); break; }
+        int cur = issue(acc1, false);
+        wgmma_wait<1>();
+        retire(acc0, prev);
+        prev = cur;
+        if (++g == blocks) { wgmma_wait<0>(); retire(acc1, prev); break; }
+        cur = issue(acc0, false);
+        wgmma_wait<1>();
+        retire(acc1, prev);
+        prev = cur;
+      }
+    }
+  } else {
   for (int unit = first_unit; unit < units; unit += unit_step) {
     int um, tn;
     tile_coords(unit, units_m, tiles_n, um, tn);
@@ -296,23 +358,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       release(prev);
     }
 
-    // wgmma's D fragment: register 4j + 2i + e is row 16 warp + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e.
-    // Scaled as the reference does, (acc * scale_a) * scale_b, then one rounding to bf16.
-    const int row0 = tm * kBM + cw * 64 + warp * 16 + lane / 4;
-    const int col0 = tn * kBN + 2 * (lane % 4);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      const float sa = __ldg(scale_a + row * ssa);
-      __nv_bfloat16* crow = c + row * ldc;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int col = col0 + 8 * j;
-        const float x = total[4 * j + 2 * i] * sa * __ldg(scale_b + col * ssb);
-        const float y = total[4 * j + 2 * i + 1] * sa * __ldg(scale_b + (col + 1) * ssb);
-        *reinterpret_cast<__nv_bfloat162*>(crow + col) = __floats2bfloat162_rn(x, y);
-      }
-    }
+    store_tile(total, c, scale_a, scale_b, tm, tn, cw, warp, lane, ldc, ssa, ssb);
+  }
   }
   // the peer may still arrive on this CTA's barriers until its last stage is released
   if constexpr (Cluster == 2) cluster_sync();
@@ -410,7 +457,8 @@ cudaError_t by_cluster(int stages, int cluster, const Args& p) {
 }  // namespace kh_fp8_wgmma
 
 // Checks what the kernel relies on (the Python launcher checks them first, with the reasons); a null return is
-// success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion;
+// success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion,
+// 3 overlapped promotion and the tile's store overlapped with the next tile's first block;
 // cluster: 1, or 2 (b multicast to a pair of CTAs; M a multiple of 256).
 extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
                                            const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
@@ -424,7 +472,7 @@ extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b
       reinterpret_cast<uintptr_t>(c) % 16)
     return "a, b and c must be 16-byte aligned";
   if (stages < 4 || stages > 6) return "stages must be 4, 5 or 6";
-  if (mode < 0 || mode > 2) return "mode must be 0, 1 or 2";
+  if (mode < 0 || mode > 3) return "mode must be 0, 1, 2 or 3";
   if (cluster != 1 && cluster != 2) return "cluster must be 1 or 2";
   if (M % (kBM * cluster)) return "M must be a multiple of 256 for clusters of 2";
   if (num_sms < cluster) return "num_sms must be at least the cluster size";
@@ -444,6 +492,7 @@ extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b
   p.stream = static_cast<cudaStream_t>(stream);
   const cudaError_t err = mode == kOverlap ? by_cluster<kOverlap>(stages, cluster, p)
                           : mode == kSerial ? by_cluster<kSerial>(stages, cluster, p)
-                                            : by_cluster<kFast>(stages, cluster, p);
+                          : mode == kFast   ? by_cluster<kFast>(stages, cluster, p)
+                                            : by_cluster<kStream>(stages, cluster, p);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

@@ -36,10 +36,12 @@ VARIANTS = {
     "overlap_s6": WgmmaConfig(6, "overlap"),
     "overlap_s5": WgmmaConfig(5, "overlap"),
     "overlap_s4": WgmmaConfig(4, "overlap"),
+    "stream_s6": WgmmaConfig(6, "stream"),
     "serial_s6": WgmmaConfig(6, "serial"),
     "fast_s6": WgmmaConfig(6, "fast"),
     # b multicast across a pair of CTAs: the risky one (cluster launch, remote barriers), so last
     "overlap_s6_c2": WgmmaConfig(6, "overlap", 2),
+    "stream_s6_c2": WgmmaConfig(6, "stream", 2),
     "overlap_s5_c2": WgmmaConfig(5, "overlap", 2),
 }
 DEFAULT = "overlap_s6"
