@@ -69,7 +69,12 @@ def errors(got: torch.Tensor, ref: torch.Tensor, k: int) -> dict:
     err = (got.double() - ref).abs()
     bound = atol(k) + RTOL * ref.abs()
     finite = bool(torch.isfinite(got).all())
+    # where the absolute bound dominates (outputs near zero) the error is the accumulation's, not bf16's rounding:
+    # the spec's measure of the promotion
+    near = ref.abs() < atol(k) / RTOL
+    near_err = err[near].max().item() if bool(near.any()) else 0.0
     return {"max_abs_err": err.max().item(), "err_over_sqrtK": err.max().item() / math.sqrt(k),
+            "near_zero_err_over_sqrtK": near_err / math.sqrt(k), "near_zero_count": int(near.sum()),
             "max_err_over_bound": (err / bound).max().item(), "finite": finite,
             "ok": finite and bool((err <= bound).all())}
 
@@ -131,8 +136,10 @@ def time_shape(cfg: WgmmaConfig, m: int, n: int, k: int, per_row: int, with_trit
     a, b, sa, sb = inputs(m, n, k, per_row, seed=1)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     c2 = torch.empty_like(c)
+    # _scaled_mm's row-wise scale layout made once, outside the timed call (matmul_fp8_torch makes it per call)
+    sa_, sb_ = (sa, sb.reshape(1, -1)) if per_row else (sa.reshape(()), sb.reshape(()))
     fns = {"kernel": lambda: matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c, config=cfg),
-           "scaled_mm": lambda: matmul_fp8_torch(a=a, b=b, scale_a=sa, scale_b=sb, c=c2)}
+           "scaled_mm": lambda: torch._scaled_mm(a, b.t(), scale_a=sa_, scale_b=sb_, out_dtype=torch.bfloat16)}
     if with_triton:
         fns["triton"] = lambda: matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=c2)
     res = timed(fns, samples)
@@ -198,24 +205,25 @@ def environment() -> dict:
 
 
 def summary(result: dict) -> None:
-    print("== accuracy: worst max|err|/sqrt(K) over the shapes (spec atol/sqrt(K) = 5e-4 + 1e-5/sqrt(K)), and "
-          "the worst err/bound (<= 1 passes)")
-    print(f"{'variant':<12} {'ok':<5} {'err/sqrtK':>10} {'err/bound':>10} {'_scaled_mm err/sqrtK':>21}")
+    print("== accuracy, worst over the shapes: max|err|/sqrt(K) where |ref| < atol/rtol (the accumulation's error; "
+          "spec atol/sqrt(K) = 5e-4 + 1e-5/sqrt(K)), and max err/bound (<= 1 passes)")
+    print(f"{'variant':<14} {'ok':<5} {'err/sqrtK':>10} {'err/bound':>10} {'_scaled_mm err/sqrtK':>21}")
     for name, r in result["variants"].items():
         if "accuracy" not in r:
-            print(f"{name:<12} FAILED {r.get('error', '?')[:100]}")
+            print(f"{name:<14} FAILED {r.get('error', '?')[:100]}")
             continue
         acc = r["accuracy"].values()
-        print(f"{name:<12} {str(r['accuracy_ok']):<5} {max(v['kernel']['err_over_sqrtK'] for v in acc):>10.3e} "
+        print(f"{name:<14} {str(r['accuracy_ok']):<5} "
+              f"{max(v['kernel']['near_zero_err_over_sqrtK'] for v in acc):>10.3e} "
               f"{max(v['kernel']['max_err_over_bound'] for v in acc):>10.3f} "
-              f"{max(v['scaled_mm']['err_over_sqrtK'] for v in acc):>21.3e}")
+              f"{max(v['scaled_mm']['near_zero_err_over_sqrtK'] for v in acc):>21.3e}")
     print("== timing: median ms (IQR), ratio = _scaled_mm time / kernel time")
     for name, r in result["variants"].items():
         for key, t in r.get("timing", {}).items():
             if "error" in t:
-                print(f"{name:<12} {key:<34} {t['error'][:90]}")
+                print(f"{name:<14} {key:<34} {t['error'][:90]}")
                 continue
-            line = (f"{name:<12} {key:<34} kernel {t['kernel']['median_ms']:.4f} ({t['kernel']['iqr_ms']:.4f}) "
+            line = (f"{name:<14} {key:<34} kernel {t['kernel']['median_ms']:.4f} ({t['kernel']['iqr_ms']:.4f}) "
                     f"{t['kernel']['tflops']:.0f} TF  _scaled_mm {t['scaled_mm']['median_ms']:.4f}  "
                     f"ratio {t['ratio_vs_scaled_mm']:.3f}")
             if "triton" in t:
