@@ -110,7 +110,15 @@ __device__ __forceinline__ void mma_block(float (&d)[64], uint32_t a_addr, uint3
   wgmma_commit();
 }
 
-__device__ __forceinline__ void promote(float (&total)[64], const float (&d)[64]) {
+// After wgmma.wait_group: ties d's registers to this point, so the compiler cannot read them before the wait
+// (nothing else orders a plain read of d after the asm that waits; CUTLASS's warpgroup_fence_operand).
+__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void promote(float (&total)[64], float (&d)[64]) {
+  fence_acc(d);
 #pragma unroll
   for (int i = 0; i < 64; ++i) total[i] += d[i];
 }
@@ -283,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int mine = first_unit < units ? (units - first_unit + unit_step - 1) / unit_step : 0;
     const int blocks = mine * kblocks;
     int unit = first_unit, kb = 0;  // the tile and block retired next
-    auto retire = [&](const float(&d)[64], int stage) {
+    auto retire = [&](float(&d)[64], int stage) {
       promote(total, d);
       release(stage);
       if (++kb == kblocks) {
@@ -355,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         prev = cur;
       }
       wgmma_wait<0>();
+      fence_acc(total);
       release(prev);
     }
 
