@@ -29,8 +29,8 @@
 #             and a direct replay of its recorded launches; then bench/gpu_host_profile.py on the planned FA and
 #             GELU launchers beside torch's, and bench/gpu_autograd_host.py
 #   int4-cuda reports/h200/experiments/int4/cuda/int4_cuda_probe.py: the CUDA decode kernel checked, then swept
-#             against bf16 and the Triton launcher, then under Nsight Compute at M = 1 (NCU_SHAPES); then
-#             int4_matmul's generated tests at the full tier
+#             against bf16 and the Triton launcher, then under Nsight Compute at M = 1 (NCU_SHAPES; the launcher's
+#             configuration, or NCU_CONFIG=W,RT,S,D,ST's); then int4_matmul's generated tests at the full tier
 #   int4-check  int4_matmul's generated tests at the full tier, then its benchmark (tarred)
 #   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
@@ -234,7 +234,8 @@ case "$what" in
       timeout 120 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
         --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
-        reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call "$shape" > "$OUT/ncu-int4-cuda-$shape.txt" 2>&1
+        reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call "$shape" ${NCU_CONFIG:+--config "$NCU_CONFIG"} \
+        > "$OUT/ncu-int4-cuda-$shape.txt" 2>&1
       echo "ncu $shape: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
         "$OUT/ncu-int4-cuda-$shape.txt" | head -12
     done

@@ -23,7 +23,9 @@ GEMM is faster (13.25 us at 4096 x 4096 against 16.45), 1.55x (1.34x), 1.66x wit
 tile kernel's split of K wins at both 14336 shapes on both cards, so calls above 8 rows go there. The issue's 2.5x
 and 3x at M = 1 are not reached. Latency bounds the kernel, not bandwidth: it takes the same time on both cards
 (8.48 and 8.54 us at N = K = 4096, where the H200 streams the 8.4 MB in about 2 us), and a split of K across
-blocks (more blocks, fewer dependent rounds of loads each) never won.
+blocks (more blocks, fewer dependent rounds of loads each) never won. For that the kernel has a second way to
+keep a warp's next groups in flight, a ring of them in shared memory (``CudaGemvConfig.stages``), not yet run on
+a GPU.
 """
 
 from __future__ import annotations
@@ -53,12 +55,13 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
                                            int64_t K, int64_t lda, int64_t ldw, int64_t ss_n, int64_t ss_g,
                                            int64_t sz_n, int64_t sz_g,
                                            int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
-                                           int depth, void* stream);
+                                           int depth, int stages, void* stream);
 
 // kernels/int4_cuda.py has checked shapes, dtypes, strides and alignments; launched on a's device and its current
 // stream.
 void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor scales, torch::Tensor zeros,
-               torch::Tensor ws, torch::Tensor cnt, int64_t warps, int64_t row_tiles, int64_t splits, int64_t depth) {
+               torch::Tensor ws, torch::Tensor cnt, int64_t warps, int64_t row_tiles, int64_t splits, int64_t depth,
+               int64_t stages) {
   const c10::cuda::CUDAGuard guard(a.device());
   const int dtype = a.scalar_type() == at::kHalf ? 1 : a.scalar_type() == at::kBFloat16 ? 2 : -1;
   if (dtype < 0) throw std::invalid_argument("int4_matmul_cuda: a must be fp16 or bf16");
@@ -67,7 +70,7 @@ void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor 
       cnt.data_ptr(), a.size(0), w.size(0),
       a.size(1), a.stride(0), w.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
       c.stride(0), c.stride(1), static_cast<int>(warps), static_cast<int>(row_tiles), static_cast<int>(splits),
-      static_cast<int>(depth),
+      static_cast<int>(depth), static_cast<int>(stages),
       at::cuda::getCurrentCUDAStream(a.device().index()).stream());
   if (err != nullptr) throw std::runtime_error(std::string("int4_matmul_cuda: ") + err);
 }
@@ -78,6 +81,7 @@ MAX_M = 16  # two 8-column B tiles of the MMA
 # both 14336 shapes on the H100 (2.02x and 1.84x bf16 against 1.62x and 1.53x) and the H200 (21.8 and 22.4 us
 # against 25.1 and 26.3 for the best configuration swept), and matched it at 4096 x 4096.
 ROUTE_MAX_M = 8
+STAGES = (0, 3, 4, 6)  # the ring sizes kernels/int4_gemv.cu instantiates (0: no ring)
 
 
 @dataclass(frozen=True)
@@ -85,13 +89,22 @@ class CudaGemvConfig:
     warps: int  # per block, each taking every warps-th group of K (of its split): 1, 2, 4 or 8
     row_tiles: int = 1  # 16-row tiles of w per block, sharing the activations' loads: 1 or 2
     splits: int = 1  # blocks along K per row tile, summed in the same launch: 1 to SPLIT_MAX
-    depth: int = 1  # groups a warp has in flight beside the one it computes: 1 or 2
+    depth: int = 1  # groups a warp has in flight in registers beside the one it computes: 1 or 2
+    # 0: those registers; 3, 4 or 6: a ring of that many groups a warp in shared memory (cp.async), depth then 1
+    stages: int = 0
 
     def __post_init__(self):
         if (self.warps not in (1, 2, 4, 8) or self.row_tiles not in (1, 2) or not 1 <= self.splits <= SPLIT_MAX
-                or self.depth not in (1, 2)):
+                or self.depth not in (1, 2) or self.stages not in STAGES or (self.stages and self.depth != 1)):
             raise ValueError(f"CudaGemvConfig: warps 1, 2, 4 or 8, row_tiles 1 or 2, splits 1 to {SPLIT_MAX}, "
-                             f"depth 1 or 2; got {self}")
+                             f"depth 1 or 2, stages 0, 3, 4 or 6 (depth 1 with a ring); got {self}")
+
+    def smem_bytes(self, m: int) -> int:
+        """Dynamic shared memory a block takes at ``m`` rows (kernels/int4_gemv.cu, warp_smem_bytes): each
+        warp's ring, RT KB of w and 256 bytes a row of a a slot, or its partial tile alone without one. Above the
+        device's shared memory per block the launcher refuses the config."""
+        tile = self.row_tiles * (1 if m <= 8 else 2) * 128 * 4
+        return self.warps * max(tile, self.stages * (self.row_tiles * 1024 + m * 256))
 
     @classmethod
     def for_shape(cls, m: int, n: int, k: int) -> CudaGemvConfig:
@@ -99,7 +112,8 @@ class CudaGemvConfig:
         shape on an H100 (reports/h100/experiments/int4-cuda/run1/) and at M <= 4 on the H200
         (reports/h200/experiments/int4/cuda/run1/). A second group in flight where N gives few blocks: on the H200
         at N = 4096 it took K = 14336 from 20.2 to 18.5 us at M = 1 (20.5 to 19.0 at M = 4) and made no
-        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won."""
+        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won. The shared-memory
+        ring (``stages``) has not run on a GPU yet, so it is never chosen here."""
         return cls(8, 1, 1, 2 if n <= 4096 else 1)
 
 
@@ -151,7 +165,8 @@ def _plan(a, w, scales, zeros, c, config):
 
     def launch(a, w, scales, zeros, c):
         ws, cnt = scratch(a.device, cfg.splits * blocks * tile, blocks) if cfg.splits > 1 else unused(a.device)
-        module.int4_gemv(c, a, w, scales, zeros, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth)
+        module.int4_gemv(c, a, w, scales, zeros, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth,
+                         cfg.stages)
     return launch
 
 

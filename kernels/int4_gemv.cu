@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <atomic>
+
 // Weight-only int4 decode GEMM on the tensor cores: c[M, N] = a[M, K] @ dequant(w)[N, K].T for M <= 16
 // (kernels/int4_cuda.py says when it is used and why). Operands are swapped: w is mma.sync's A operand (16 rows
 // of N a tile), a the B operand (its 8 columns are rows of a: one tile for M <= 8, two for M <= 16).
@@ -22,6 +24,21 @@
 // K is split across the block's warps (warp i takes groups i, i + W, ...), whose partial tiles are summed through
 // shared memory in warp order, and where N alone gives too few blocks, across blocks too (the kernel's comment
 // says how): deterministic either way, in one launch, with no floating-point atomics.
+//
+// How a warp's next groups get to it. The register path (STAGES = 0) loads the next D groups (1 or 2) into
+// registers: at most about 2 KB of w in flight a warp, so with two blocks of eight warps an SM keeps about 32 KB
+// of its DRAM reads in flight, too few to cover the loaded latency at the HBM's rate, and each warp walks its
+// groups through several dependent round trips; the kernel took the same time on an H100 and an H200. The ring
+// (STAGES = 3, 4 or 6) streams a warp's groups through STAGES slots of its own in dynamic shared memory, filled by
+// cp.async (16 bytes a lane, L1 bypassed), so STAGES groups (STAGES KB of w a warp at one row tile) are in flight
+// and the registers hold only the group being computed: at N = K = 4096 a warp has 4 groups, all of them in flight
+// from the start. A slot holds the warp's w for one group and the group's M rows of a (w: 16 rows of 64 bytes a
+// row tile, a: 256 bytes a row, only the M rows that exist). Every lane copies exactly the bytes it later reads
+// back, so neither the wait nor the refill needs a barrier: cp.async.wait_group makes a lane's own copies visible
+// to it, and a slot is refilled only after the MMAs that consumed what the lane read from it. Scales and zero
+// points (two and one bytes at arbitrary strides: too small and unaligned for cp.async) are loaded into
+// registers when their slot is filled, a register ring indexed at compile time. What is read from a slot is the
+// register path's Stage, so the dequantisation, the MMAs and the reduction are the same code.
 
 namespace kh_int4 {
 namespace {
@@ -92,6 +109,104 @@ template <int RT, int NT> struct Stage {
   uint8_t z[RT][2];
   uint4 a[NT][4];
 };
+
+// The ring's copies: 16 bytes global -> shared through L2 only; src_bytes 0 reads nothing and writes zeros.
+__device__ __forceinline__ void cp_async16(unsigned char* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :
+               : "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// A ring slot's bytes: RT KB of w, then 256 bytes per row of a (the M rows that exist).
+__host__ __device__ __forceinline__ int slot_bytes(int row_tiles, int M) { return row_tiles * 1024 + M * 256; }
+
+// Scales and zero points of one slot's group, loaded when the slot is filled.
+template <int RT> struct Meta {
+  uint16_t s[RT][2];
+  uint8_t z[RT][2];
+};
+
+// Ring layout, a warp's: the slots' w first, slot d's row tile t, row half h (rows lane / 4 + 8 h) with lane l's
+// 16 bytes at (d RT + t) 1024 + h 512 + 16 l: a row half's 32 lanes read 512 contiguous bytes, four wavefronts with
+// no bank conflict. Then the slots' a, row m of slot d (k = 0 .. 127 of its group) at (m S + d) 256, lane q's j-th
+// 16 bytes (chunk c = 4 j + q of the row) stored at chunk c ^ 4 (m & 1): for one j the lanes of an even row read
+// one half of the banks, those of an odd row the other, so eight rows take four wavefronts, as 512 bytes must
+// (unswizzled every row would hit the same 16 banks: eight). At M = 1 the four lanes of row 0 read 64 bytes, one
+// wavefront. Every slot's bytes are then a constant offset from two or three per-lane addresses; with slot-major
+// slots (a runtime slot size) the compiler kept an address a slot and chunk in registers: 135 at six slots.
+template <int RT, int S> struct Ring {
+  unsigned char* w;     // the lane's 16 bytes of slot 0, row tile 0, row half 0
+  unsigned char* a[2];  // its chunk j of row lane / 4 of slot 0: a[j & 1] + 64 j
+
+  __device__ __forceinline__ Ring(unsigned char* ring, int lane) {
+    const int r = lane >> 2, q = lane & 3;
+    w = ring + lane * 16;
+    unsigned char* row = ring + S * RT * 1024 + r * S * 256 + q * 16;
+    const int swz = (r & 1) * 64;  // 64 (j ^ (r & 1)) = 64 j + swz for even j, 64 j - swz for odd j
+    a[0] = row + swz;
+    a[1] = row - swz;
+  }
+  __device__ __forceinline__ unsigned char* wp(int d, int t, int h) const { return w + (d * RT + t) * 1024 + h * 512; }
+  __device__ __forceinline__ unsigned char* ap(int d, int u, int j) const {
+    return a[j & 1] + (u * 8 * S + d) * 256 + 64 * j;
+  }
+};
+
+// Fills slot d with group g. A lane whose k is past K (the last group's tail) copies zeros.
+template <int RT, int NT, int S>
+__device__ __forceinline__ void fill_slot(const Ring<RT, S>& ring, int d, Meta<RT>& mt, const Params& p, int g,
+                                          int n0, int lane) {
+  const int r = lane >> 2, q = lane & 3;
+  const int k0 = g * kGroup + q * 32;
+  const int bytes = k0 < p.K ? 16 : 0;
+  const int kk = bytes ? k0 : 0;  // nothing is read past K, but the address stays inside the row
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = min(n0 + t * 16 + r + 8 * h, p.N - 1);  // a row past N reads row N - 1; never stored
+      cp_async16(ring.wp(d, t, h), p.w + n * p.ldw + kk / 2, bytes);
+      mt.s[t][h] = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + g * p.ss_g);
+      mt.z[t][h] = __ldg(p.zeros + n * p.sz_n + g * p.sz_g);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < NT; ++u) {
+    const int m = u * 8 + r;
+    if (m >= p.M) continue;  // no row to copy; the lane reads zeros instead
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(p.a) + m * p.lda + kk;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) cp_async16(ring.ap(d, u, j), src + 8 * j, bytes);
+  }
+}
+
+template <int RT, int NT, int S>
+__device__ __forceinline__ void read_slot(Stage<RT, NT>& st, const Ring<RT, S>& ring, int d, const Meta<RT>& mt,
+                                          int M, int lane) {
+  const int r = lane >> 2;
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.w[t][h] = *reinterpret_cast<const uint4*>(ring.wp(d, t, h));
+      st.s[t][h] = mt.s[t][h];
+      st.z[t][h] = mt.z[t][h];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < NT; ++u) {
+    const int m = u * 8 + r;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      st.a[u][j] = m < M ? *reinterpret_cast<const uint4*>(ring.ap(d, u, j))
+                         : make_uint4(0, 0, 0, 0);  // B columns past M multiply by 0
+  }
+}
 
 template <typename T, int RT, int NT>
 __device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
@@ -200,40 +315,83 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
 
 #endif  // KH_INT4_FLOOR
 
+// Shared memory a warp takes: its ring, whose bytes its partial tile reuses (always large enough), or that tile alone.
+__host__ __device__ __forceinline__ int warp_smem_bytes(int row_tiles, int col_tiles, int M, int stages) {
+  const int tile = row_tiles * col_tiles * 128 * (int)sizeof(float);
+  const int ring = stages * slot_bytes(row_tiles, M);
+  return ring > tile ? ring : tile;
+}
+
 // Block: W warps on RT tiles of 16 rows of w; with S splits (gridDim.y), warp i of split y takes groups
-// y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one. The warps' partial tiles
-// are summed in shared memory (W * RT * NT * 128 fp32, dynamic) in warp order. With S > 1 each split then writes its
+// y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one (STAGES = 0), or the next
+// STAGES groups in its ring. The warps' partial tiles are summed in shared memory (dynamic, W tiles of RT * NT * 128
+// fp32, each warp's inside its own ring where there is one) in warp order. With S > 1 each split then writes its
 // tile to the workspace and takes a ticket; the split drawing the last one sums the S tiles in split order, writes
 // c and resets the counter (as kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8
-// warps: the register cap of a larger block made the 2 x 2 tile spill.
-template <typename T, int RT, int NT, int D>
-__global__ void __launch_bounds__(256) int4_gemv_mma(Params p) {
-  extern __shared__ float part[];
+// warps: the register cap of a larger block made the 2 x 2 tile spill. The one-tile ring asks for three blocks of
+// eight warps an SM (at most 80 registers: its six slots took 92 uncapped; no spill), which the 228 KB of an H100
+// or H200 SM hold up to M = 2 at six slots, 5 at four, 8 at three; every other instantiation keeps ptxas's own
+// choice (0: no minimum; an explicit 1 made it take up to 50% more registers).
+template <typename T, int RT, int NT, int D, int STAGES>
+__global__ void __launch_bounds__(256, (STAGES > 0 && RT == 1 && NT == 1) ? 3 : 0) int4_gemv_mma(Params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* part = reinterpret_cast<float*>(smem);
   __shared__ int last;
   constexpr int kTile = RT * NT * 128;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int n0 = blockIdx.x * RT * 16;
   const int groups = (p.K + kGroup - 1) / kGroup;
   const int first = blockIdx.y * warps + warp, stride = gridDim.y * warps;
+  const int pitch = warp_smem_bytes(RT, NT, p.M, STAGES) / (int)sizeof(float);  // between warps' tiles, in floats
   float acc[RT][NT][4] = {};
-  Stage<RT, NT> st[D];
-#pragma unroll
-  for (int d = 0; d < D; ++d) {
-    const int g = first + d * stride;
-    load_stage<T, RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
-  }
-  for (int g = first; g < groups; g += D * stride) {
+  if constexpr (STAGES == 0) {
+    Stage<RT, NT> st[D];
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      // a group past the end was loaded as zeros (w and a): its MMAs add nothing
-      const int ahead = g + (d + D) * stride;
-      Stage<RT, NT> next;
-      load_stage<T, RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
-      mma_stage<T, RT, NT>(acc, st[d]);
-      st[d] = next;
+      const int g = first + d * stride;
+      load_stage<T, RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
     }
+    for (int g = first; g < groups; g += D * stride) {
+#pragma unroll
+      for (int d = 0; d < D; ++d) {
+        // a group past the end was loaded as zeros (w and a): its MMAs add nothing
+        const int ahead = g + (d + D) * stride;
+        Stage<RT, NT> next;
+        load_stage<T, RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+        mma_stage<T, RT, NT>(acc, st[d]);
+        st[d] = next;
+      }
+    }
+  } else {
+    // Slot d holds the warp's groups first + (d + j STAGES) stride, j = 0, 1, ...: unrolled over the slots, so the
+    // register ring's index is a constant. Every slot is committed as a group of copies, filled or not (none past
+    // the end), so waiting for all but the last STAGES - 1 groups always means the slot about to be read.
+    const Ring<RT, STAGES> ring(smem + warp * pitch * (int)sizeof(float), lane);
+    Meta<RT> mt[STAGES];
+#pragma unroll
+    for (int d = 0; d < STAGES; ++d) {
+      const int g = first + d * stride;
+      if (g < groups) fill_slot<RT, NT, STAGES>(ring, d, mt[d], p, g, n0, lane);
+      cp_async_commit();
+    }
+    for (int g0 = first; g0 < groups; g0 += STAGES * stride) {
+#pragma unroll
+      for (int d = 0; d < STAGES; ++d) {
+        const int g = g0 + d * stride;
+        if (g >= groups) break;
+        cp_async_wait<STAGES - 1>();
+        Stage<RT, NT> st;
+        read_slot<RT, NT, STAGES>(st, ring, d, mt[d], p.M, lane);
+        mma_stage<T, RT, NT>(acc, st);
+        const int ahead = g + STAGES * stride;
+        if (ahead < groups) fill_slot<RT, NT, STAGES>(ring, d, mt[d], p, ahead, n0, lane);
+        cp_async_commit();
+      }
+    }
+    cp_async_wait<0>();  // nothing should be pending (every filled slot was read), but the tile below reuses the ring
+    __syncwarp();        // and its lanes write bytes other lanes read
   }
-  float* mine = part + warp * kTile;
+  float* mine = part + warp * pitch;
 #pragma unroll
   for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -252,7 +410,7 @@ __global__ void __launch_bounds__(256) int4_gemv_mma(Params p) {
     if (n >= p.N || m >= p.M) continue;
     const int slot = tu * 128 + ((R % 8) * 4 + C / 2) * 4 + (R / 8) * 2 + C % 2;
     float sum = 0.0f;
-    for (int i = 0; i < warps; ++i) sum += part[i * kTile + slot];
+    for (int i = 0; i < warps; ++i) sum += part[i * pitch + slot];
     if (splits == 1)
       reinterpret_cast<uint16_t*>(p.c)[m * p.sc_m + n * p.sc_n] = Num<T>::bits(sum);
     else
@@ -276,36 +434,63 @@ __global__ void __launch_bounds__(256) int4_gemv_mma(Params p) {
   if (threadIdx.x == 0) p.cnt[blockIdx.x] = 0;  // the next launch draws from 0 again
 }
 
-template <typename T, int RT, int NT, int D>
+// A ring above 48 KB needs the kernel's opt-in, once a device and size: the largest size granted so far is kept
+// (devices beyond the table ask every launch).
+template <typename T, int RT, int NT, int D, int S>
 cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) {
+  static std::atomic<int> granted[64];
   const dim3 grid((p.N + RT * 16 - 1) / (RT * 16), splits);
-  const size_t smem = (size_t)warps * RT * NT * 128 * sizeof(float);
-  int4_gemv_mma<T, RT, NT, D><<<grid, warps * 32, smem, stream>>>(p);
+  const int smem = warps * warp_smem_bytes(RT, NT, p.M, S);
+  if (smem > 48 * 1024) {
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev >= 64 || granted[dev].load(std::memory_order_relaxed) < smem) {
+      err = cudaFuncSetAttribute(int4_gemv_mma<T, RT, NT, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (err != cudaSuccess) return err;
+      if (dev < 64) {
+        int seen = granted[dev].load(std::memory_order_relaxed);
+        while (seen < smem && !granted[dev].compare_exchange_weak(seen, smem)) {
+        }
+      }
+    }
+  }
+  int4_gemv_mma<T, RT, NT, D, S><<<grid, warps * 32, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <typename T, int D>
+template <typename T, int D, int S>
 cudaError_t by_tiles(const Params& p, int warps, int row_tiles, int splits, cudaStream_t s) {
   const bool two = p.M > 8;
-  if (row_tiles == 1) return two ? launch<T, 1, 2, D>(p, warps, splits, s) : launch<T, 1, 1, D>(p, warps, splits, s);
-  return two ? launch<T, 2, 2, D>(p, warps, splits, s) : launch<T, 2, 1, D>(p, warps, splits, s);
+  if (row_tiles == 1)
+    return two ? launch<T, 1, 2, D, S>(p, warps, splits, s) : launch<T, 1, 1, D, S>(p, warps, splits, s);
+  return two ? launch<T, 2, 2, D, S>(p, warps, splits, s) : launch<T, 2, 1, D, S>(p, warps, splits, s);
 }
 
+// depth counts only without a ring (the launcher has checked it is 1 with one)
 template <typename T>
-cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, cudaStream_t s) {
-  return depth == 1 ? by_tiles<T, 1>(p, warps, row_tiles, splits, s) : by_tiles<T, 2>(p, warps, row_tiles, splits, s);
+cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, int stages, cudaStream_t s) {
+  switch (stages) {
+    case 3: return by_tiles<T, 1, 3>(p, warps, row_tiles, splits, s);
+    case 4: return by_tiles<T, 1, 4>(p, warps, row_tiles, splits, s);
+    case 6: return by_tiles<T, 1, 6>(p, warps, row_tiles, splits, s);
+    default:
+      return depth == 1 ? by_tiles<T, 1, 0>(p, warps, row_tiles, splits, s)
+                        : by_tiles<T, 2, 0>(p, warps, row_tiles, splits, s);
+  }
 }
 
 }  // namespace
 }  // namespace kh_int4
 
 // The launcher (kernels/int4_cuda.py checks shapes, dtypes, strides and alignments first). dtype: 1 fp16, 2 bf16.
+// stages: 0 for the register path (depth 1 or 2 groups in flight), else the ring's slots (3, 4 or 6; depth 1).
 // Returns nullptr, or what went wrong.
 extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
                                            const void* zeros, void* ws, void* cnt, int64_t M, int64_t N, int64_t K, int64_t lda,
                                            int64_t ldw, int64_t ss_n, int64_t ss_g, int64_t sz_n, int64_t sz_g,
                                            int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
-                                           int depth, void* stream) {
+                                           int depth, int stages, void* stream) {
   if (M < 1 || M > 16) return "M must be 1 to 16";
   if (N < 1 || K < 32 || K % 32 != 0 || N > 2147483647 - 64 || K > 2147483647 - 256)
     return "N must be positive, K a positive multiple of 32, both below 2**31 - 256";
@@ -313,13 +498,25 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
   if (row_tiles != 1 && row_tiles != 2) return "row_tiles must be 1 or 2";
   if (splits < 1 || splits > 64) return "splits must be 1 to 64";
   if (depth != 1 && depth != 2) return "depth must be 1 or 2";
+  if (stages != 0 && stages != 3 && stages != 4 && stages != 6) return "stages must be 0, 3, 4 or 6";
+  if (stages != 0 && depth != 1) return "depth must be 1 with a ring (stages > 0)";
+  if (stages != 0) {
+    int dev = 0, cap = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return "could not read the device's shared memory per block";
+    const int col_tiles = M > 8 ? 2 : 1;
+    if ((int64_t)warps * kh_int4::warp_smem_bytes(row_tiles, col_tiles, (int)M, stages) + 16 > cap)  // + `last`
+      return "the ring does not fit the device's shared memory per block: warps x stages x (1 KB a row tile + "
+             "256 bytes a row of a)";
+  }
   kh_int4::Params p{a, static_cast<const uint8_t*>(w), scales, static_cast<const uint8_t*>(zeros), c,
                     static_cast<float*>(ws), static_cast<int*>(cnt), (int)M, (int)N, (int)K, lda, ldw, ss_n, ss_g, sz_n, sz_g, sc_m, sc_n};
   const cudaStream_t s = (cudaStream_t)stream;
   cudaError_t err;
   switch (dtype) {
-    case 1: err = kh_int4::dispatch<__half>(p, warps, row_tiles, splits, depth, s); break;
-    case 2: err = kh_int4::dispatch<__nv_bfloat16>(p, warps, row_tiles, splits, depth, s); break;
+    case 1: err = kh_int4::dispatch<__half>(p, warps, row_tiles, splits, depth, stages, s); break;
+    case 2: err = kh_int4::dispatch<__nv_bfloat16>(p, warps, row_tiles, splits, depth, stages, s); break;
     default: return "unsupported dtype code";
   }
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -14,8 +14,8 @@ class _Recorder:
     def __init__(self):
         self.launches = []
 
-    def int4_gemv(self, c, a, w, scales, zeros, ws, cnt, warps, row_tiles, splits, depth):
-        self.launches.append((a.shape[0], cu.CudaGemvConfig(warps, row_tiles, splits, depth)))
+    def int4_gemv(self, c, a, w, scales, zeros, ws, cnt, warps, row_tiles, splits, depth, stages):
+        self.launches.append((a.shape[0], cu.CudaGemvConfig(warps, row_tiles, splits, depth, stages)))
 
 
 @pytest.fixture
@@ -74,3 +74,28 @@ def test_a_signature_is_planned_once(routed):
     for _ in range(3):
         _call(1, 256, 512)
     assert len(recorder.launches) == 3 and len(cu._PLANS) == 1
+
+
+def test_a_ring_config_reaches_the_launcher(routed):
+    recorder, _ = routed
+    cfg = cu.CudaGemvConfig(8, 1, 1, 1, stages=4)
+    _call(1, 256, 512, config=cfg)
+    assert recorder.launches == [(1, cfg)]
+
+
+@pytest.mark.parametrize("stages", [-1, 1, 2, 5, 8])
+def test_stages_outside_the_instantiated_rings_are_refused(stages):
+    with pytest.raises(ValueError, match="stages"):
+        cu.CudaGemvConfig(8, stages=stages)
+
+
+def test_a_ring_takes_no_second_register_group():
+    with pytest.raises(ValueError, match="depth 1 with a ring"):
+        cu.CudaGemvConfig(8, depth=2, stages=4)
+
+
+def test_the_ring_shared_memory_matches_the_kernel_formula():
+    # warps x stages x (1 KB a row tile + 256 bytes a row of a); the partial tiles alone without a ring
+    assert cu.CudaGemvConfig(8, stages=6).smem_bytes(1) == 8 * 6 * 1280
+    assert cu.CudaGemvConfig(4, 2, stages=3).smem_bytes(16) == 4 * 3 * (2048 + 16 * 256)
+    assert cu.CudaGemvConfig(8, 2).smem_bytes(16) == 8 * 2 * 2 * 128 * 4

@@ -1,21 +1,25 @@
 """The CUDA int4 decode kernel (kernels/int4_gemv.cu, launched by kernels/int4_cuda.py) on a GPU: right, then
 how fast against bf16 and the Triton kernels.
 
-1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight) at every checked shape,
-   both dtypes, against ``int4_matmul_ref`` with the spec's tolerance, and bitwise repeatable; a configuration
-   that fails is recorded and never timed.
+1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight: in registers, or in a
+   ring of 3, 4 or 6 groups a warp in shared memory) at every checked shape, both dtypes, against
+   ``int4_matmul_ref`` with the spec's tolerance, and bitwise repeatable; a configuration that fails is recorded
+   and never timed. A ring that does not fit the device's shared memory per block at a shape (eight warps of six
+   slots at 16 rows of a on an H100 or H200) is skipped there, recorded as such.
 2. At M in {1, 4, 16} and (N, K) in {(4096, 4096), (4096, 14336), (14336, 4096)}, bf16: each configuration, the
    launcher's own choice, the shipped Triton launcher (``int4_matmul``: the GEMV at M = 1, the tile kernel
    above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
-   (events behind a spin kernel, L2 flushed before each sample); the ratios are bf16's median over ours.
+   (events behind a spin kernel, L2 flushed before each sample); the ratios are bf16's median over ours. The
+   fastest ring configuration is reported beside the launcher's own choice (which never takes a ring yet).
 
-3. The floors of the launcher's configuration at each timed shape: the same source compiled again with
-   ``KH_INT4_FLOOR`` (kernels/int4_gemv.cu), its loads, grid and reduction kept and the work per group replaced,
-   1: the loaded words XORed together (the loads alone), 2: the dequantisation kept, XORed instead of multiplied
-   (no MMA). The kernel's time over the floors says what the loads cost and what the arithmetic adds.
-4. ``--call M,N,K``: three calls of the launcher's own choice at one shape and nothing else, for Nsight Compute
-   to profile the third (bench/gpu_session.sh int4-cuda runs it under ``ncu --clock-control none``: where the
-   warps stall, the occupancy and the DRAM throughput reached).
+3. The floors of the launcher's configuration and of the fastest unsplit ring at each timed shape up to 8 rows:
+   the same source compiled again with ``KH_INT4_FLOOR`` (kernels/int4_gemv.cu), its loads, grid and reduction
+   kept and the work per group replaced, 1: the loaded words XORed together (the loads alone), 2: the
+   dequantisation kept, XORed instead of multiplied (no MMA). The kernel's time over the floors says what the
+   loads cost and what the arithmetic adds.
+4. ``--call M,N,K``: three calls of the launcher's own choice (or of ``--config W,RT,S,D,ST``) at one shape and
+   nothing else, for Nsight Compute to profile the third (bench/gpu_session.sh int4-cuda runs it under
+   ``ncu --clock-control none``: where the warps stall, the occupancy and the DRAM throughput reached).
 
 Run from the repository root on the GPU: ``python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --out
 DIR`` (writes DIR/int4_cuda_probe.json).
@@ -50,8 +54,19 @@ MS = (1, 4, 16)
 CHECKS = ((1, 4096, 4096), (1, 5003, 4128), (16, 4096, 4096), (9, 333, 4192), (3, 1, 32), (1, 17, 96),
           (8, 4096, 14336), (1, 14336, 4096))
 # one row tile at every split and depth; two row tiles (the activations' loads shared) at depth 1
-CONFIGS = tuple(cu.CudaGemvConfig(w, 1, s, d) for w in (4, 8) for s in (1, 2, 4, 8) for d in (1, 2)) + tuple(
+REGISTER_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, s, d) for w in (4, 8) for s in (1, 2, 4, 8) for d in (1, 2)) + tuple(
     cu.CudaGemvConfig(8, 2, s, 1) for s in (1, 2, 4))
+# the shared-memory ring at one row tile: 3, 4 or 6 groups a warp in flight at 4 and 8 warps, and a split of 2 at
+# eight warps of four slots (the tickets' path with the ring); 7 configurations, 112 checks
+RING_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, 1, 1, st) for w in (4, 8) for st in (3, 4, 6)) + (
+    cu.CudaGemvConfig(8, 1, 2, 1, 4),)
+CONFIGS = REGISTER_CONFIGS + RING_CONFIGS
+
+
+def fits(cfg, m) -> bool:
+    """Whether the launcher takes ``cfg`` at ``m`` rows on this device (its ring in the shared memory a block
+    may opt into, beside the kernel's 16 static bytes)."""
+    return cfg.smem_bytes(m) + 16 <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
 
 
 def check(spec, m, n, k, dtype_name, cfg) -> str | None:
@@ -78,6 +93,15 @@ def floor_module(level: int):
                                torch.cuda.get_device_capability())
 
 
+def floors(rec, name, cfg, c, a, w, s, z):
+    """rec[name + "_loads_us"], rec[name + "_dequant_us"]: ``cfg`` with its work per group replaced."""
+    ws, cnt = unused(a.device)
+    for level, what in ((1, "loads"), (2, "dequant")):
+        module = floor_module(level)
+        rec[f"{name}_{what}_us"], _ = median_us(lambda module=module: module.int4_gemv(
+            c, a, w, s, z, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth, cfg.stages), SWEEP_TIMING)
+
+
 def time_shape(m, n, k, bad: set) -> dict:
     a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
@@ -90,24 +114,32 @@ def time_shape(m, n, k, bad: set) -> dict:
     rec["cuda_config"] = str(cfg)
     rec["cuda_info"] = info
     if m <= cu.ROUTE_MAX_M and cfg.splits == 1:
-        ws, cnt = unused(a.device)
-        for level, name in ((1, "floor_loads_us"), (2, "floor_dequant_us")):
-            module = floor_module(level)
-            rec[name], _ = median_us(lambda module=module: module.int4_gemv(
-                c, a, w, s, z, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth), SWEEP_TIMING)
+        floors(rec, "floor", cfg, c, a, w, s, z)
     for cfg in CONFIGS:
-        if str(cfg) in bad:
+        if str(cfg) in bad or not fits(cfg, m):
             continue
         t, _ = median_us(lambda cfg=cfg: cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
                          SWEEP_TIMING)
-        rec["rows"].append({"config": str(cfg), "us": t, "x_bf16": rec["bf16_us"] / t})
+        rec["rows"].append({"config": str(cfg), "us": t, "x_bf16": rec["bf16_us"] / t, "stages": cfg.stages})
     rec["rows"].sort(key=lambda r: r["us"])
+    rings = [r for r in rec["rows"] if r["stages"]]
+    if rings:
+        rec["ring_us"], rec["ring_config"] = rings[0]["us"], rings[0]["config"]
+        best = next(x for x in RING_CONFIGS if str(x) == rec["ring_config"])
+        if m <= cu.ROUTE_MAX_M and best.splits == 1:
+            floors(rec, "ring_floor", best, c, a, w, s, z)
     print(f"M={m} N={n} K={k}: bf16 {rec['bf16_us']:.2f} us, triton {rec['triton_us']:.2f} "
           f"({rec['bf16_us'] / rec['triton_us']:.2f}x), cuda {rec['cuda_us']:.2f} "
           f"({rec['bf16_us'] / rec['cuda_us']:.2f}x, {rec['cuda_config']})", flush=True)
     if "floor_loads_us" in rec:
-        print(f"  floors of {cfg}: loads alone {rec['floor_loads_us']:.2f} us, loads and dequantisation "
+        print(f"  floors of the launcher's: loads alone {rec['floor_loads_us']:.2f} us, loads and dequantisation "
               f"{rec['floor_dequant_us']:.2f} us", flush=True)
+    if "ring_us" in rec:
+        print(f"  best ring {rec['ring_config']}: {rec['ring_us']:.2f} us = {rec['bf16_us'] / rec['ring_us']:.2f}x "
+              f"bf16, {rec['cuda_us'] / rec['ring_us']:.2f}x the launcher's", flush=True)
+    if "ring_floor_loads_us" in rec:
+        print(f"  floors of the best ring: loads alone {rec['ring_floor_loads_us']:.2f} us, loads and "
+              f"dequantisation {rec['ring_floor_dequant_us']:.2f} us", flush=True)
     for r in rec["rows"][:3]:
         print(f"  top {r['config']}: {r['us']:.2f} us = {r['x_bf16']:.2f}x bf16", flush=True)
     return rec
@@ -117,13 +149,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out")
     p.add_argument("--call", help="M,N,K: only three calls at this shape (for a profiler)")
+    p.add_argument("--config", help="with --call, W,RT,S,D,ST (warps, row tiles, splits, depth, stages) instead "
+                   "of the launcher's choice")
     args = p.parse_args()
     if args.call:
         m, n, k = map(int, args.call.split(","))
+        cfg = cu.CudaGemvConfig(*map(int, args.config.split(","))) if args.config else None
         a, w, s, z = make_inputs(m, n, k, torch.bfloat16)
         c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
         for _ in range(3):
-            cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c)
+            cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
         torch.cuda.synchronize()
         return 0
     if not args.out:
@@ -137,6 +172,10 @@ def main() -> int:
     print(f"built in {time.time() - start:.1f} s", flush=True)
     bad = set()
     for (m, n, k), dtype_name, cfg in ((s, d, c) for s in CHECKS for d in DTYPES for c in CONFIGS):
+        if not fits(cfg, m):
+            out["checks"].append({"M": m, "N": n, "K": k, "dtype": dtype_name, "config": str(cfg), "problem": None,
+                                  "skipped": f"{cfg.smem_bytes(m)} bytes of shared memory a block"})
+            continue
         try:
             problem = check(spec, m, n, k, dtype_name, cfg)
         except Exception as exc:  # noqa: BLE001 - one configuration's failure is a row
@@ -146,8 +185,9 @@ def main() -> int:
         if problem is not None:
             bad.add(str(cfg))
             print(f"check M={m} N={n} K={k} {dtype_name} {cfg}: {problem}", flush=True)
-    print(f"checks: {len(out['checks'])} run, {sum(c['problem'] is not None for c in out['checks'])} failed",
-          flush=True)
+    skipped = sum("skipped" in c for c in out["checks"])
+    print(f"checks: {len(out['checks']) - skipped} run, {sum(c['problem'] is not None for c in out['checks'])} "
+          f"failed, {skipped} skipped (the ring above the shared memory per block)", flush=True)
     for m in MS:
         for n, k in NKS:
             try:
