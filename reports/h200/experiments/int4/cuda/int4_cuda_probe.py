@@ -93,8 +93,13 @@ def floor_module(level: int):
                                torch.cuda.get_device_capability())
 
 
+FLOORS = True  # --quick turns the floors off
+
+
 def floors(rec, name, cfg, c, a, w, s, z):
     """rec[name + "_loads_us"], rec[name + "_dequant_us"]: ``cfg`` with its work per group replaced."""
+    if not FLOORS:
+        return
     ws, cnt = unused(a.device)
     for level, what in ((1, "loads"), (2, "dequant")):
         module = floor_module(level)
@@ -151,7 +156,13 @@ def main() -> int:
     p.add_argument("--call", help="M,N,K: only three calls at this shape (for a profiler)")
     p.add_argument("--config", help="with --call, W,RT,S,D,ST (warps, row tiles, splits, depth, stages) instead "
                    "of the launcher's choice")
+    p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
+                   "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
     args = p.parse_args()
+    if args.quick:
+        global CONFIGS, MS, FLOORS
+        CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
+        MS, FLOORS = (1, 4), False
     if args.call:
         m, n, k = map(int, args.call.split(","))
         cfg = cu.CudaGemvConfig(*map(int, args.config.split(","))) if args.config else None
@@ -188,6 +199,11 @@ def main() -> int:
     skipped = sum("skipped" in c for c in out["checks"])
     print(f"checks: {len(out['checks']) - skipped} run, {sum(c['problem'] is not None for c in out['checks'])} "
           f"failed, {skipped} skipped (the ring above the shared memory per block)", flush=True)
+    def save():  # after every step: a run cut short by its time limit keeps what it measured
+        with open(os.path.join(args.out, "int4_cuda_probe.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+    save()
     for m in MS:
         for n, k in NKS:
             try:
@@ -195,8 +211,7 @@ def main() -> int:
             except Exception as exc:  # noqa: BLE001
                 out["errors"].append({"M": m, "N": n, "K": k, "error": traceback.format_exc()[-800:]})
                 print(f"M={m} N={n} K={k}: {type(exc).__name__}: {exc}", flush=True)
-    with open(os.path.join(args.out, "int4_cuda_probe.json"), "w") as f:
-        json.dump(out, f, indent=1)
+            save()
     return 1 if bad or out["errors"] else 0
 
 
