@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(ROOT))
 
 from kernels.matmul_fp8 import matmul_fp8, matmul_fp8_ref, matmul_fp8_torch  # noqa: E402
-from kernels.matmul_fp8_cuda import WgmmaConfig, matmul_fp8_cuda  # noqa: E402
+from kernels.matmul_fp8_cuda import WgmmaConfig, build_cuda, matmul_fp8_cuda  # noqa: E402
 
 # name -> config; the first is the launcher's default. "fast" drops the promotion: the speed ceiling, not a
 # candidate (it should fail the bound at long K).
@@ -237,6 +237,9 @@ def main() -> int:
     p.add_argument("--call", help="M,N,K: three calls of the default configuration (per tensor), for ncu")
     p.add_argument("--samples", type=int, default=50, help="timed samples per function and shape (default 50)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
+    p.add_argument("--variant-timeout", type=float, default=300,
+                   help="seconds a variant's subprocess may take (a kernel that hangs is stopped; default 300)")
+    p.add_argument("--skip-triton", action="store_true", help="leave the Triton kernel out of the default's timing")
     p.add_argument("--variant", help=argparse.SUPPRESS)  # one configuration in this process (the subprocesses)
     p.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--with-triton", action="store_true", help=argparse.SUPPRESS)
@@ -262,14 +265,19 @@ def main() -> int:
     for name in args.variants.split(","):
         if name not in VARIANTS:
             p.error(f"unknown variant {name}")
+    # built here, once, so that each variant's time limit covers its run alone (a hung kernel costs no more)
+    t0 = time.time()
+    build_cuda()
+    print(f"built in {time.time() - t0:.0f} s", flush=True)
+    for name in args.variants.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "r.json"
             cmd = [sys.executable, __file__, "--variant", name, "--json", str(path), "--samples", str(args.samples)]
-            if name == DEFAULT:
+            if name == DEFAULT and not args.skip_triton:
                 cmd.append("--with-triton")
             t0 = time.time()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT,
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.variant_timeout, cwd=ROOT,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
                 res = json.loads(path.read_text()) if path.exists() else {
                     "error": f"exit {proc.returncode}", "stderr_tail": proc.stderr[-4000:]}
