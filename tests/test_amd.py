@@ -309,6 +309,7 @@ def test_cuda_cpp_backend_is_not_applicable_on_amd(tmp_path, capsys):
     assert "VGPRs" in cell and "LDS" in cell and "run here: ran `triton`" in cell
 
 
+@pytest.mark.slow
 def test_real_specs_compile_for_amd():
     # A fresh process, as `nox -s matrix` runs it (see tests/test_matrix.py for why).
     proc = subprocess.run([sys.executable, "-m", "harness", "matrix", "--kernel", "softmax", "--arch",

@@ -89,6 +89,7 @@ def test_a_waived_backward_determinism_lets_the_atomic_reduction_pass_with_its_r
     assert "backward.determinism waived: atomic dweight, order of the adds" in outcome.notes
 
 
+@pytest.mark.slow
 def test_the_generated_items_fail_the_planted_backends_and_pass_the_shipped_one(tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()

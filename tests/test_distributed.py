@@ -70,6 +70,7 @@ FAILURES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover ranks through /proc")
 def test_each_planted_rank_failure_fails_its_item_and_the_next_item_runs(pytester, monkeypatch):
     marker = f"KH_DISTRIBUTED_TEST={uuid.uuid4().hex}"

@@ -73,6 +73,7 @@ def test_each_worker_sees_one_gpu_and_the_reports_say_which(pytester, monkeypatc
     assert "one pytest-xdist worker per GPU: 3, 5" in out
 
 
+@pytest.mark.slow
 def test_a_failing_generated_item_reproduces_on_its_own_gpu(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")

@@ -84,6 +84,7 @@ def _nonempty(spec, tiers=("edge", "ci")) -> set[str]:
     return {c.id for t in tiers for c in spec.cases[t] if all(c.values[s] > 0 for s in ("M", "N", "K"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["int4_matmul", "correct_torch"])
 def test_correct_kernels_pass(tmp_path, impl):
     """The Triton kernel (interpreted on a CPU) and the torch control the planted bugs are built from."""

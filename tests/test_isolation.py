@@ -115,6 +115,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 def test_pytest_isolate_reports_each_fault_and_the_good_kernel_passes(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the specs name tests.planted.* kernels
     monkeypatch.setenv("COLUMNS", "400")  # the short summary keeps each failure's first line whole
@@ -140,6 +141,7 @@ def test_pytest_isolate_reports_each_fault_and_the_good_kernel_passes(pytester, 
     assert "Segmentation fault" in out and "in segfault" in out  # the worker's dying words
 
 
+@pytest.mark.slow
 def test_bench_isolate_reports_each_fault_and_measures_the_rest(tmp_path):
     peers = "".join(f'\n[peers.{p}]\nimpl = "{impl}"\n' for p, impl in
                     (("raises", FAULTY + "raises"), ("hangs", FAULTY + "hangs"), ("segfault", FAULTY + "segfault"),

@@ -157,6 +157,7 @@ def test_a_bad_file_stops_pytest_with_one_line(pytester):
             "match: not a regex: missing ), unterminated subpattern at position 0") in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_under_xdist_the_summary_counts_the_workers_reports_and_a_bad_pattern_stops_the_run(pytester):
     """pytest-xdist runs the items in worker processes: the xfails and the summary are the same, and a file
     problem found at a worker's collection fails the run (a worker's exit status never reaches the

@@ -46,6 +46,7 @@ def test_matrix_fails_on_planted_kernel(tmp_path, capsys, name, arch, problem):
     assert any(line.startswith("PROBLEM:") and problem in line for line in out.splitlines()), out
 
 
+@pytest.mark.slow
 def test_matrix_passes_and_prints_the_table():
     # A fresh process, as `nox -s matrix` runs it: in a process where the Triton interpreter has already run a
     # kernel (other tests here do), Triton 3.9 fails to compile jit helpers that return tuples afterwards.

@@ -56,6 +56,7 @@ def fake(tmp_path):
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
+@pytest.mark.slow
 def test_clean_run_runs_the_tests_with_the_caching_allocator_off(tmp_path, fake):
     run = sanitize(tmp_path, "--dtype", "fp32", "--log-dir", "logs", *NO_COMPILE, env=fake)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
@@ -69,6 +70,7 @@ def test_clean_run_runs_the_tests_with_the_caching_allocator_off(tmp_path, fake)
 
 @pytest.mark.parametrize("tool, mode, finding", [("memcheck", "errors", "Invalid __global__ read"),
                                                  ("racecheck", "hazards", "Error: Race reported between Write")])
+@pytest.mark.slow
 def test_findings_fail_the_run_and_are_printed(tmp_path, fake, tool, mode, finding):
     run = sanitize(tmp_path, "--dtype", "fp32", "--tool", tool, *NO_COMPILE, env={**fake, "FAKE_SANITIZER": mode})
     assert run.returncode == 1, run.stdout + run.stderr[-2000:]

@@ -47,6 +47,7 @@ def test_the_shards_split_what_the_other_selections_left(pytester):
     assert set().union(*shards) == chosen and sum(map(len, shards)) == len(chosen)
 
 
+@pytest.mark.slow
 def test_generated_kernel_items_shard_with_kernel_selection(pytester, monkeypatch):
     # a subprocess each: a second in-process run of generated items brought a pytest-xdist worker down
     monkeypatch.setenv("PYTHONPATH", str(REPO))

@@ -159,6 +159,7 @@ def test_missing_file(tmp_path, capsys):
     assert code == 2 and "nope.toml: file not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_broken_spec_becomes_one_failing_item_and_others_still_run(pytester, monkeypatch):
     """At collection a spec mistake is one failing item with its line, never a traceback; the specs beside it
     are collected and every one of their generated tests runs and passes."""

@@ -253,6 +253,7 @@ def test_a_reduced_loss_of_shape_1_fails_where_the_shape_expression_says_0_d(tmp
     assert "numerics: loss: returned (1,), expected shape ()" in messages[0], messages[0]
 
 
+@pytest.mark.slow
 def test_the_generated_items_pass_with_the_correct_kernel_and_fail_with_a_planted_one(pytester, monkeypatch):
     """Collected by the plugin as any spec is: every case item and the op items pass; the planted kernel's
     failing items are its mean cases."""

@@ -47,6 +47,7 @@ def _where(env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_poisoned_cache_never_reaches_the_next_job(tmp_path):
     runner_home = tmp_path / "runner-home"
     runner_home.mkdir()

@@ -99,6 +99,7 @@ def changed_fields(doc: dict) -> dict:
 
 # ----------------------------------------------------------------------------- policy in the spec
 
+@pytest.mark.slow
 def test_raised_min_effect_is_not_applied(tmp_path):
     gate_rule = '\n[gate]\nmin_effect = 0.99\nreason = "this kernel is noisy (it is not)"\n'
     repo, base, pr = pull_request(tmp_path, {"kernels/tiny.py": SLOWER, "specs/tiny.toml": spec(gate_rule)})
@@ -117,6 +118,7 @@ def test_raised_min_effect_is_not_applied(tmp_path):
           f"(accepted for {pr[:12]}: {only_case(accepted)['verdict']})")
 
 
+@pytest.mark.slow
 def test_loosened_tolerance_is_not_applied(tmp_path):
     wrong = KERNEL.replace("out.copy_(x * w * FACTOR)", "out.copy_(x * w * FACTOR * 1.1)")
     loose = ('\n[tolerance.bf16]\nrtol = 0.5\natol = 0.5\nnorm_rtol = 0.5\n'
@@ -143,6 +145,7 @@ def test_swapped_reference_is_not_applied(tmp_path):
           f"{case['reason'][:140]}")
 
 
+@pytest.mark.slow
 def test_edited_calibration_has_no_effect(tmp_path):
     cal = json.loads((REPO / "harness" / "gate" / "calibration.json").read_text())
     cal["in_process"]["min_effect"], cal["in_process"]["floor_us"] = 0.99, 1e6
