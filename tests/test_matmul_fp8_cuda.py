@@ -1,0 +1,56 @@
+"""The FP8 wgmma kernel's launcher (kernels/matmul_fp8_cuda.py) on a CPU: its configuration checks, the reasons it
+gives for operands it does not take (a caller falls back to the Triton kernel on them), and its CUDA source built
+for sm_90a as the device's ``load_inline`` builds it, every instantiation without spills. What only a GPU can
+show (right answers, speed) is reports/h200/experiments/fp8/wgmma/wgmma_probe.py's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.aot import nvcc as cudabuild
+from kernels.matmul_fp8_cuda import CUDA_SRC, WgmmaConfig, matmul_fp8_cuda, unsupported
+
+
+@pytest.mark.parametrize("bad", [dict(stages=3), dict(stages=7), dict(mode="promote"), dict(cluster=4)])
+def test_a_bad_configuration_is_refused(bad):
+    with pytest.raises(ValueError, match="WgmmaConfig"):
+        WgmmaConfig(**bad)
+
+
+def test_a_cluster_of_two_takes_pairs_of_row_tiles_only():
+    assert WgmmaConfig(cluster=2).takes(256) and not WgmmaConfig(cluster=2).takes(128)
+    assert WgmmaConfig().takes(128)
+
+
+def _operands(m=128, n=128, k=128):
+    a = torch.zeros(m, k).to(torch.float8_e4m3fn)
+    b = torch.zeros(n, k).to(torch.float8_e4m3fn)
+    return a, b, torch.ones(1, 1), torch.ones(1, 1), torch.empty(m, n, dtype=torch.bfloat16)
+
+
+def test_each_operand_problem_has_its_reason():
+    a, b, sa, sb, c = _operands()
+    assert "[M, K]" in unsupported(a, b[:, :64], sa, sb, c)  # K disagrees
+    assert unsupported(a, b, sa, sb, c) == "every operand must be on a CUDA device"
+
+
+def test_an_operand_it_does_not_take_is_a_value_error_naming_the_launcher():
+    a, b, sa, sb, c = _operands()
+    with pytest.raises(ValueError, match="^matmul_fp8_cuda: every operand must be on a CUDA device"):
+        matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
+    with pytest.raises(ValueError, match="scale_a must be fp32"):
+        matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(3, 1), scale_b=sb, c=c)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(cudabuild.find_nvcc() is None, reason="nvcc not installed")
+def test_the_source_builds_for_sm90a_with_no_spills():
+    res = cudabuild.build_cuda(CUDA_SRC, ("sm_90a",), extra_flags=cudabuild.torch_extension_flags())
+    assert res.status == "ok", (res.error, res.stderr_head)
+    if not res.kernels:
+        pytest.skip(f"nvcc built it, but its binary could not be read: {res.problems}")
+    # 3 ring depths x 4 schedules x 1 or 2 CTAs a cluster
+    assert len({k.kernel for k in res.kernels}) == 24, sorted(k.kernel for k in res.kernels)
+    for k in res.kernels:
+        assert k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0, (k.kernel, k.resources)
