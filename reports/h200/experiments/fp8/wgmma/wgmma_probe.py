@@ -27,6 +27,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fp8_probe import inputs  # noqa: E402  (the Triton kernel's probe: the same inputs, seeded)
+
 from kernels.matmul_fp8 import matmul_fp8, matmul_fp8_ref, matmul_fp8_torch  # noqa: E402
 from kernels.matmul_fp8_cuda import WgmmaConfig, build_cuda, matmul_fp8_cuda  # noqa: E402
 
@@ -54,15 +57,6 @@ RTOL = 1.6e-2  # the harness's default bf16 rtol
 
 def atol(k: int) -> float:
     return 1e-5 + 5e-4 * math.sqrt(k)  # specs/matmul_fp8.toml
-
-
-def inputs(m, n, k, per_row, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    sa = torch.rand(m if per_row else 1, 1, device="cuda", generator=g) * 0.75 + 0.25
-    sb = torch.rand(n if per_row else 1, 1, device="cuda", generator=g) * 0.75 + 0.25
-    return a, b, sa, sb
 
 
 def errors(got: torch.Tensor, ref: torch.Tensor, k: int) -> dict:
