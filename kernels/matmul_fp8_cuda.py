@@ -9,8 +9,9 @@ warpgroup keeps two wgmma accumulator sets and waits only for the previous block
 before adding it into the fp32 total (the .cu file's header has the layout).
 
 Where it applies: sm_90 (built for sm_90a), a and b float8 e4m3 with K contiguous, M, N and K multiples of 128,
-16-byte aligned rows and pointers, c bf16 with contiguous rows, scales fp32 per tensor or per row. Anything else
-raises ValueError so a caller can take kernels.matmul_fp8 instead. Not yet measured on a GPU:
+16-byte aligned rows and pointers, c bf16 with contiguous rows, scales fp32 per tensor or per row. Every other call
+goes to kernels.matmul_fp8's Triton kernel (which also names a malformed operand), unless a configuration is
+given (a probe's): then it is a ValueError. Not yet measured on a GPU, so no spec declares it yet:
 reports/h200/experiments/fp8/wgmma/ has the probe and what was verified without one.
 """
 
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from kernels.common import cuda_capability, cuda_source, load_cuda_extension, sm_count
-from kernels.matmul_fp8 import matmul_fp8_ref
+from kernels.common import Plans, cuda_capability, cuda_source, load_cuda_extension, signature, sm_count
+from kernels.matmul_fp8 import matmul_fp8, matmul_fp8_ref
 
 # matmul_fp8_ref is the reference this backend is checked against, exported beside it
 __all__ = ["WgmmaConfig", "build_cuda", "matmul_fp8_cuda", "matmul_fp8_ref", "unsupported"]
@@ -97,10 +98,14 @@ def build_cuda() -> None:
     _module(torch.cuda.get_device_capability())
 
 
-def _scale_stride(scale: torch.Tensor, rows: int, name: str) -> int:
+def _scale_problem(scale: torch.Tensor, rows: int, name: str) -> str | None:
     if scale.dtype != torch.float32 or scale.dim() != 2 or scale.shape[1] != 1 or scale.shape[0] not in (1, rows):
-        raise ValueError(f"matmul_fp8_cuda: {name} must be fp32 [1, 1] (per tensor) or [{rows}, 1] (per row), got "
-                         f"{scale.dtype} {list(scale.shape)}")
+        return (f"{name} must be fp32 [1, 1] (per tensor) or [{rows}, 1] (per row), got {scale.dtype} "
+                f"{list(scale.shape)}")
+    return None
+
+
+def _scale_stride(scale: torch.Tensor) -> int:
     return scale.stride(0) if scale.shape[0] > 1 else 0
 
 
@@ -109,6 +114,9 @@ def unsupported(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b
     """Why the kernel cannot take these operands, or None where it can (the module docstring says what it takes)."""
     if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[1] or tuple(c.shape) != (a.shape[0], b.shape[0]):
         return f"expected a [M, K], b [N, K], c [M, N]; got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(c.shape)}"
+    why = _scale_problem(scale_a, a.shape[0], "scale_a") or _scale_problem(scale_b, b.shape[0], "scale_b")
+    if why is not None:
+        return why
     if not (a.is_cuda and b.is_cuda and c.is_cuda and scale_a.is_cuda and scale_b.is_cuda):
         return "every operand must be on a CUDA device"
     if len({a.device, b.device, c.device, scale_a.device, scale_b.device}) != 1:
@@ -132,21 +140,44 @@ def unsupported(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b
     return None
 
 
+_PLANS = Plans()
+
+
 def matmul_fp8_cuda(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     c: torch.Tensor, fast_accum: bool = False, config: WgmmaConfig | None = None) -> None:
-    """``c = (a @ b.T) * scale_a * scale_b.T`` in place, as kernels.matmul_fp8:matmul_fp8 takes it. ValueError
-    where the kernel does not take the operands (the caller falls back to the Triton kernel); ``fast_accum`` is
-    the fast mode's switch, as there, and ``config`` (probes, sweeps) replaces the default configuration."""
-    ssa = _scale_stride(scale_a, a.shape[0] if a.dim() == 2 else -1, "scale_a")
-    ssb = _scale_stride(scale_b, b.shape[0] if b.dim() == 2 else -1, "scale_b")
+    """``c = (a @ b.T) * scale_a * scale_b.T`` in place, as kernels.matmul_fp8:matmul_fp8 takes it: the wgmma
+    kernel where it takes the operands, else that Triton kernel (decode and ragged shapes, other devices; it also
+    raises the errors of malformed operands). ``fast_accum`` drops the promotion in either. ``config`` (probes,
+    sweeps) replaces the kernel's configuration and never falls back: operands it cannot take are a ValueError."""
+    if config is not None:
+        _launch(a, b, scale_a, scale_b, c, config, fast_accum)
+        return
+    sig = (signature(a, b, scale_a, scale_b, c), bool(fast_accum))
+    _PLANS.run(sig, lambda: _plan(a, b, scale_a, scale_b, c, bool(fast_accum)), a, b, scale_a, scale_b, c)
+
+
+def _plan(a, b, scale_a, scale_b, c, fast_accum: bool):
+    if unsupported(a, b, scale_a, scale_b, c) is not None:
+        def triton(a, b, scale_a, scale_b, c):
+            matmul_fp8(a=a, b=b, scale_a=scale_a, scale_b=scale_b, c=c, fast_accum=fast_accum)
+        return triton
+    cfg = WgmmaConfig(mode="fast" if fast_accum else "overlap")
+    module, sms = _module(cuda_capability(a.device)), sm_count(a.device)
+    ssa, ssb = _scale_stride(scale_a), _scale_stride(scale_b)
+
+    def wgmma(a, b, scale_a, scale_b, c):
+        module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], cfg.cluster, sms)
+    return wgmma
+
+
+def _launch(a, b, scale_a, scale_b, c, cfg: WgmmaConfig, fast_accum: bool) -> None:
     why = unsupported(a, b, scale_a, scale_b, c)
     if why is not None:
         raise ValueError(f"matmul_fp8_cuda: {why}")
-    cfg = config or WgmmaConfig(mode="fast" if fast_accum else "overlap")
     if fast_accum and cfg.mode != "fast":
         raise ValueError(f"matmul_fp8_cuda: fast_accum with config mode {cfg.mode!r}")
     if not cfg.takes(a.shape[0]):
         raise ValueError(f"matmul_fp8_cuda: clusters of {cfg.cluster} need M a multiple of {TILE * cfg.cluster}")
-    module = _module(cuda_capability(a.device))
-    module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], cfg.cluster,
-                            sm_count(a.device))
+    _module(cuda_capability(a.device)).matmul_fp8_wgmma(c, a, b, scale_a, scale_b, _scale_stride(scale_a),
+                                                        _scale_stride(scale_b), cfg.stages, MODES[cfg.mode],
+                                                        cfg.cluster, sm_count(a.device))

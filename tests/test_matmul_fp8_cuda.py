@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.aot import nvcc as cudabuild
+from kernels.matmul_fp8 import matmul_fp8
 from kernels.matmul_fp8_cuda import CUDA_SRC, WgmmaConfig, matmul_fp8_cuda, unsupported
 
 
@@ -32,15 +33,49 @@ def _operands(m=128, n=128, k=128):
 def test_each_operand_problem_has_its_reason():
     a, b, sa, sb, c = _operands()
     assert "[M, K]" in unsupported(a, b[:, :64], sa, sb, c)  # K disagrees
+    assert unsupported(a, b, torch.ones(2, 1), sb, c).startswith("scale_a must be fp32 [1, 1] (per tensor) or [128, 1]")
     assert unsupported(a, b, sa, sb, c) == "every operand must be on a CUDA device"
 
 
-def test_an_operand_it_does_not_take_is_a_value_error_naming_the_launcher():
+def test_with_a_configuration_an_operand_it_does_not_take_is_a_value_error():
     a, b, sa, sb, c = _operands()
     with pytest.raises(ValueError, match="^matmul_fp8_cuda: every operand must be on a CUDA device"):
-        matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
+        matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c, config=WgmmaConfig())
     with pytest.raises(ValueError, match="scale_a must be fp32"):
-        matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(3, 1), scale_b=sb, c=c)
+        matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(3, 1), scale_b=sb, c=c, config=WgmmaConfig())
+
+
+def test_without_one_the_call_goes_to_the_triton_kernel():
+    torch.manual_seed(0)
+    a = torch.randn(16, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(16, 1) + 0.5, torch.rand(32, 1) + 0.5
+    c, want = torch.empty(16, 32, dtype=torch.bfloat16), torch.empty(16, 32, dtype=torch.bfloat16)
+    matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
+    matmul_fp8(a=a, b=b, scale_a=sa, scale_b=sb, c=want)
+    assert torch.equal(c.view(torch.int16), want.view(torch.int16))
+
+
+def test_a_call_the_kernel_takes_goes_to_the_kernel(monkeypatch):
+    # the route alone: the checks pass (patched), the built module is a recorder
+    import kernels.matmul_fp8_cuda as mod
+
+    calls = []
+
+    class Module:
+        def matmul_fp8_wgmma(self, *args):
+            calls.append(args[5:])  # the scales' strides, stages, mode, cluster, SMs
+
+    monkeypatch.setattr(mod, "_PLANS", mod.Plans())
+    monkeypatch.setattr(mod, "unsupported", lambda *operands: None)
+    monkeypatch.setattr(mod, "_module", lambda capability: Module())
+    monkeypatch.setattr(mod, "cuda_capability", lambda device: (9, 0))
+    monkeypatch.setattr(mod, "sm_count", lambda device: 132)
+    monkeypatch.setattr(mod, "matmul_fp8", lambda **kw: pytest.fail("routed to the Triton kernel"))
+    a, b, _, _, c = _operands()
+    mod.matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(128, 1), scale_b=torch.ones(1, 1), c=c)
+    mod.matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(128, 1), scale_b=torch.ones(1, 1), c=c, fast_accum=True)
+    assert calls == [(1, 0, 6, mod.MODES["overlap"], 1, 132), (1, 0, 6, mod.MODES["fast"], 1, 132)]
 
 
 @pytest.mark.slow
