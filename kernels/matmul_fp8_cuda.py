@@ -161,13 +161,7 @@ def _plan(a, b, scale_a, scale_b, c, fast_accum: bool):
         def triton(a, b, scale_a, scale_b, c):
             matmul_fp8(a=a, b=b, scale_a=scale_a, scale_b=scale_b, c=c, fast_accum=fast_accum)
         return triton
-    cfg = WgmmaConfig(mode="fast" if fast_accum else "overlap")
-    module, sms = _module(cuda_capability(a.device)), sm_count(a.device)
-    ssa, ssb = _scale_stride(scale_a), _scale_stride(scale_b)
-
-    def wgmma(a, b, scale_a, scale_b, c):
-        module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], cfg.cluster, sms)
-    return wgmma
+    return _kernel(a, scale_a, scale_b, WgmmaConfig(mode="fast" if fast_accum else "overlap"))
 
 
 def _launch(a, b, scale_a, scale_b, c, cfg: WgmmaConfig, fast_accum: bool) -> None:
@@ -178,6 +172,15 @@ def _launch(a, b, scale_a, scale_b, c, cfg: WgmmaConfig, fast_accum: bool) -> No
         raise ValueError(f"matmul_fp8_cuda: fast_accum with config mode {cfg.mode!r}")
     if not cfg.takes(a.shape[0]):
         raise ValueError(f"matmul_fp8_cuda: clusters of {cfg.cluster} need M a multiple of {TILE * cfg.cluster}")
-    _module(cuda_capability(a.device)).matmul_fp8_wgmma(c, a, b, scale_a, scale_b, _scale_stride(scale_a),
-                                                        _scale_stride(scale_b), cfg.stages, MODES[cfg.mode],
-                                                        cfg.cluster, sm_count(a.device))
+    _kernel(a, scale_a, scale_b, cfg)(a, b, scale_a, scale_b, c)
+
+
+def _kernel(a, scale_a, scale_b, cfg: WgmmaConfig):
+    """The wgmma kernel's launch for operands of this signature: the built module, the scales' strides (0 per
+    tensor), the configuration and the SM count bound once."""
+    module, sms = _module(cuda_capability(a.device)), sm_count(a.device)
+    ssa, ssb = _scale_stride(scale_a), _scale_stride(scale_b)
+
+    def wgmma(a, b, scale_a, scale_b, c):
+        module.matmul_fp8_wgmma(c, a, b, scale_a, scale_b, ssa, ssb, cfg.stages, MODES[cfg.mode], cfg.cluster, sms)
+    return wgmma
