@@ -8,7 +8,9 @@ back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_
 
 - the forward through ``Function.apply`` (leaves that need gradients) and the backward through
   ``torch.autograd.grad`` on its graph, apart and together, for LayerNorm, RMSNorm and torch's LayerNorm;
-- the launchers called directly (forward with statistics, backward kernel), no autograd;
+- the launchers called directly (forward with statistics, backward kernel), no autograd, and the backward's
+  launcher and the Function's ``backward`` (a stand-in ctx) also from a second thread, as autograd's device thread
+  runs them;
 - the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone);
 - torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
 
@@ -20,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -40,6 +44,15 @@ def host_us(fn, calls: int = 50) -> float:
     us = (time.perf_counter_ns() - t) / 1e3 / calls
     torch.cuda.synchronize()
     return us
+
+
+def in_thread(fn):
+    """fn() run on a new thread (as autograd's device thread runs a backward), its result returned."""
+    out = []
+    worker = threading.Thread(target=lambda: out.append(fn()))
+    worker.start()
+    worker.join()
+    return out[0]
 
 
 def main() -> int:
@@ -82,6 +95,19 @@ def main() -> int:
     rows["layernorm: backward launcher, no autograd"] = host_us(
         lambda: ln.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
                                  has_bias=True, mean=mean, rstd=rstd))
+    # autograd runs a CUDA graph's backward on a device thread of its own: the same launcher from a second thread
+    # (on the H100, 2026-12-07, its backward took 316 us inside autograd against 44 us called directly)
+    rows["layernorm: backward launcher, no autograd, from a second thread"] = in_thread(lambda: host_us(
+        lambda: ln.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+                                 has_bias=True, mean=mean, rstd=rstd)))
+    # the Function's backward itself (norm_backward and the launcher) with a stand-in ctx, no autograd engine: on
+    # the calling thread, then from a second thread
+    ctx = SimpleNamespace(saved_tensors=(x, w, mean, rstd), stats=("mean", "rstd"), eps=1e-5, has_bias=True,
+                          needs_input_grad=(True, True, True, False))
+    rows["layernorm: LayerNormFunction.backward called directly"] = host_us(
+        lambda: ln.LayerNormFunction.backward(ctx, g))
+    rows["layernorm: LayerNormFunction.backward called directly, from a second thread"] = in_thread(lambda: host_us(
+        lambda: ln.LayerNormFunction.backward(ctx, g)))
     real_fwd, real_bwd = ln.layernorm, ln.layernorm_bwd
     ln.layernorm, ln.layernorm_bwd = (lambda **kw: None), (lambda **kw: None)
     try:

@@ -24,8 +24,8 @@ tile kernel's split of K wins at both 14336 shapes on both cards, so calls above
 and 3x at M = 1 are not reached. Latency bounds the kernel, not bandwidth: it takes the same time on both cards
 (8.48 and 8.54 us at N = K = 4096, where the H200 streams the 8.4 MB in about 2 us), and a split of K across
 blocks (more blocks, fewer dependent rounds of loads each) never won. For that the kernel has a second way to
-keep a warp's next groups in flight, a ring of them in shared memory (``CudaGemvConfig.stages``), not yet run on
-a GPU.
+keep a warp's next groups in flight, a ring of them in shared memory (``CudaGemvConfig.stages``): right, and 1.4
+to 2.2 times slower than the register path on an H100 (reports/h100/experiments/int4-ring/).
 """
 
 from __future__ import annotations
@@ -112,8 +112,9 @@ class CudaGemvConfig:
         shape on an H100 (reports/h100/experiments/int4-cuda/run1/) and at M <= 4 on the H200
         (reports/h200/experiments/int4/cuda/run1/). A second group in flight where N gives few blocks: on the H200
         at N = 4096 it took K = 14336 from 20.2 to 18.5 us at M = 1 (20.5 to 19.0 at M = 4) and made no
-        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won. The shared-memory
-        ring (``stages``) has not run on a GPU yet, so it is never chosen here."""
+        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won, nor did the
+        shared-memory ring (``stages``: 1.4 to 2.2 times the register path's time on an H100,
+        reports/h100/experiments/int4-ring/)."""
         return cls(8, 1, 1, 2 if n <= 4096 else 1)
 
 
