@@ -35,10 +35,12 @@
 #   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
+#   int4-floors the CUDA int4 kernel's own configurations at M = 1: checked, timed, their floors (the loads
+#             alone; the loads and the dequantisation) timed, and 1 x 4096 x 4096 under Nsight Compute
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed: 4 variants, no Triton), the planned launchers' tests on the GPU, LayerNorm's autograd host
-#             split (the backward's launcher from a second thread too), then matmul's split-K probe; all tarred
-#             into pending.tgz
+#             timed: 4 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
+#             LayerNorm's autograd host split (the backward's launcher from a second thread too), then matmul's
+#             split-K probe; all tarred into pending.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -248,6 +250,20 @@ case "$what" in
       --kernel int4_matmul 2>&1 | tee "$OUT/pytest-full-tier-int4.log" | grep -vE '^[.sF]+( |$)' | tail -20
     echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-int4.log"
     ;;
+  int4-floors)
+    # What bounds the M = 1 kernel: the launcher's configurations checked, timed, and timed with their work per
+    # group replaced (the loads alone; the loads and the dequantisation), then one shape under Nsight Compute
+    F="$OUT/int4-floors"; mkdir -p "$F"
+    start=$SECONDS
+    timeout 240 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --out "$F" > "$F/probe.log" 2>&1
+    echo "floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$F/probe.log" | cut -c1-300 | tail -20
+    timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
+      --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
+      reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$F/ncu-1,4096,4096.txt" 2>&1
+    echo "ncu: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
+      "$F/ncu-1,4096,4096.txt" | head -12
+    ;;
   int4-check)
     start=$SECONDS
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
@@ -266,6 +282,15 @@ case "$what" in
     timeout 200 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
       --variants overlap_s6,stream_s6,serial_s6,fast_s6 --variant-timeout 45 --skip-triton > "$R/fp8_probe.log" 2>&1
     echo "fp8 wgmma probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/fp8_probe.log" | cut -c1-300 | tail -30
+    # where the ceiling's time goes: the fast mode's third call at 8192^3 under Nsight Compute, clocks untouched
+    timeout 45 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python3 \
+      reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants fast_s6 \
+      > "$R/ncu-fp8-fast.txt" 2>&1
+    echo "ncu fp8 fast: exit $?"
+    grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Stall|No Eligible" \
+      "$R/ncu-fp8-fast.txt" | head -14
     # the planned launchers' tests with their tensors on the GPU (on the H100 they made them on the CPU)
     timeout 90 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
       > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250

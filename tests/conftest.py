@@ -14,8 +14,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def on_device():
     """The test's tensors on the GPU where there is one (the kernels compiled), else on the CPU (the interpreter):
-    torch's default device for the test, which its generators take too (``torch.Generator(
-    torch.get_default_device())``: a CUDA default device takes no CPU generator). Yields the device's name."""
+    torch's default device for the test, which its generators take too (tests/e2e.py's ``seeded``: a CUDA default
+    device takes no CPU generator). Yields the device's name."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

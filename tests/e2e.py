@@ -1,5 +1,6 @@
-"""Helpers shared by the tests (no test module imports another): spec files from the planted-kernel
-template tests/specs/scale.toml, whether a process is still alive, and SYNTHETIC benchmark results.
+"""Helpers shared by the tests (no test module imports another): seeded generators on the test's device, spec
+files from the planted-kernel template tests/specs/scale.toml, whether a process is still alive, and SYNTHETIC
+benchmark results.
 
 Every Results built here comes from a seeded RNG: device "synthetic-device", no number measured on any GPU.
 Its environment uses the keys harness.timing.environment.collect_environment writes.
@@ -126,6 +127,14 @@ def run_all(spec, tiers=("edge", "ci"), backend: str = "triton") -> dict[tuple[s
             except Exception as exc:  # noqa: BLE001 - a crash is an outcome here
                 failures.setdefault((dtype, "error"), []).append(f"{case.id}: {type(exc).__name__}: {exc}")
     return failures
+
+
+def seeded(seed: int):
+    """A torch.Generator on torch's default device, seeded: under tests/conftest.py's ``on_device`` that is the
+    GPU where there is one, whose tensors a CPU generator cannot make."""
+    import torch
+
+    return torch.Generator(torch.get_default_device()).manual_seed(seed)
 
 
 def alive(pid: int) -> bool:

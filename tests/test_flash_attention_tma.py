@@ -16,6 +16,7 @@ from harness.correctness.numerics import mismatch
 from harness.spec.load import load as load_spec
 from harness.spec.model import Case
 from kernels import flash_attention as fa
+from tests.e2e import seeded
 
 # on a GPU the compiled kernels, on a CPU the interpreter (tests/conftest.py's on_device)
 pytestmark = pytest.mark.usefixtures("on_device")
@@ -56,7 +57,7 @@ def _run(q, k, v, causal, cfg):
 ])
 def test_the_tma_route_matches_the_pointer_route(dtype, shape, causal, layout):
     b, hq, hkv, sq, skv, d = shape
-    gen = torch.Generator(torch.get_default_device()).manual_seed(sum(shape))
+    gen = seeded(sum(shape))
     q = _tensor(b, hq, sq, d, layout, dtype, gen)
     k, v = (_tensor(b, hkv, skv, d, layout, dtype, gen) for _ in range(2))
     assert fa._kv_descriptors(k, v, TMA) is not None, "this layout must take the TMA route"
@@ -77,7 +78,7 @@ def test_values_stored_after_a_heads_last_key_do_not_reach_its_result(poison, la
     """Keys 50..63 of head 0's last block of 32 are head 1's first keys (heads-major) or sequence 1's
     (sequence-major) in the descriptor's 2-D view, which zero-fills only past its last row: their scores are
     masked, and their values must be too, or an inf or NaN there makes head 0's p @ v NaN."""
-    gen = torch.Generator(torch.get_default_device()).manual_seed(1)
+    gen = seeded(1)
     b, h = (1, 2) if layout == "heads" else (2, 1)
     q = _tensor(b, h, 10, 64, layout, torch.bfloat16, gen)
     k, v = (_tensor(b, h, 50, 64, layout, torch.bfloat16, gen) for _ in range(2))
@@ -107,7 +108,7 @@ def test_a_planned_tma_call_reads_each_calls_own_k_and_v(monkeypatch):
     pointer route on them, so no descriptor still points at the first call's."""
     monkeypatch.setattr(fa, "_PLANS", fa.Plans())
     monkeypatch.setattr(fa.FlashAttentionConfig, "for_shape", classmethod(lambda cls, *a, **kw: TMA))
-    gen = torch.Generator(torch.get_default_device()).manual_seed(11)
+    gen = seeded(11)
 
     def qkv():
         return tuple(_tensor(1, 2, 40, 64, "heads", torch.bfloat16, gen) for _ in range(3))

@@ -11,13 +11,14 @@ import torch
 
 from kernels import int4_matmul as q4
 from kernels.common import Plans, signature
+from tests.e2e import seeded
 
 # on a GPU the compiled kernels, on a CPU the interpreter (tests/conftest.py's on_device)
 pytestmark = pytest.mark.usefixtures("on_device")
 
 
 def _operands(m, n, k, dtype=torch.bfloat16, seed=0):
-    g = torch.Generator(torch.get_default_device()).manual_seed(seed)
+    g = seeded(seed)
     a = torch.randn(m, k, generator=g).to(dtype)
     w = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
     groups = -(-k // q4.GROUP_SIZE)
@@ -108,7 +109,7 @@ def test_the_gemms_plan_each_signature_once_and_replay_it_bitwise(monkeypatch, m
     launch = mod.matmul if module == "matmul" else mod.matmul_tma
     outs = []
     for seed in (1, 2, 2):
-        g = torch.Generator(torch.get_default_device()).manual_seed(seed)
+        g = seeded(seed)
         a = torch.randn(17, 64, generator=g).bfloat16()
         b = torch.randn(64, 48, generator=g).bfloat16().t()  # [N, K] with unit stride along N: not TMA's
         bias = torch.randn(48, generator=g).bfloat16()
@@ -144,7 +145,7 @@ def test_layernorm_plans_a_signature_once_and_each_call_passes_its_own_eps(monke
 
 
 def _fp8_operands(m, n, k, seed, per_row=True):
-    g = torch.Generator(torch.get_default_device()).manual_seed(seed)
+    g = seeded(seed)
     a = torch.randn(m, k, generator=g).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, generator=g).to(torch.float8_e4m3fn)
     sa = torch.rand(m if per_row else 1, 1, generator=g) + 0.25
@@ -184,7 +185,7 @@ def test_flash_attentions_plan_takes_each_calls_sm_scale_and_tensors(monkeypatch
 
     fresh = Plans()
     monkeypatch.setattr(fa, "_PLANS", fresh)
-    g = torch.Generator(torch.get_default_device()).manual_seed(3)
+    g = seeded(3)
 
     def qkvo():
         q, k, v = (torch.randn(1, 2, 16, 64, generator=g) for _ in range(3))
@@ -215,7 +216,7 @@ def test_the_gelu_plans_follow_each_calls_tensors(monkeypatch, op, shape, transp
     mod = importlib.import_module(f"kernels.{op}")
     fresh = Plans()
     monkeypatch.setattr(mod, "_PLANS", fresh)
-    g = torch.Generator(torch.get_default_device()).manual_seed(5)
+    g = seeded(5)
     fn, ref = getattr(mod, op), getattr(mod, f"{op}_ref")
 
     def operands():

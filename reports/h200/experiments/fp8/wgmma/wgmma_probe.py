@@ -5,8 +5,8 @@ Each configuration runs in its own subprocess (a kernel that faults poisons its 
 must survive it): first its accuracy against an fp64 reference on fresh random e4m3 inputs, per tensor and per
 row, beside torch._scaled_mm's on the same inputs; then, where it was right, its time beside _scaled_mm's (and the
 Triton kernel's, for the default configuration), interleaved per sample with L2 flushed before each. Writes
-DIR/wgmma_probe.json and prints a summary. ``--call M,N,K`` only runs the default configuration three times (for
-ncu).
+DIR/wgmma_probe.json and prints a summary. ``--call M,N,K`` only runs the first of ``--variants`` (the launcher's
+default unless given) three times, for ncu.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def summary(result: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="directory for wgmma_probe.json")
-    p.add_argument("--call", help="M,N,K: three calls of the default configuration (per tensor), for ncu")
+    p.add_argument("--call", help="M,N,K: three calls of the first of --variants (per tensor), for ncu")
     p.add_argument("--samples", type=int, default=50, help="timed samples per function and shape (default 50)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
     p.add_argument("--variant-timeout", type=float, default=300,
@@ -254,12 +254,13 @@ def main() -> int:
 
     if args.call:
         m, n, k = (int(x) for x in args.call.split(","))
+        name = args.variants.split(",")[0]
         a, b, sa, sb = inputs(m, n, k, 0, seed=0)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):
-            matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
+            matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c, config=VARIANTS[name])
         torch.cuda.synchronize()
-        print(f"3 calls at M={m} N={n} K={k}: done")
+        print(f"3 calls of {name} at M={m} N={n} K={k}: done")
         return 0
     if args.variant:
         res = run_variant(args.variant, args.with_triton, args.samples)

@@ -17,7 +17,9 @@ how fast against bf16 and the Triton kernels.
    kept and the work per group replaced, 1: the loaded words XORed together (the loads alone), 2: the
    dequantisation kept, XORed instead of multiplied (no MMA). The kernel's time over the floors says what the
    loads cost and what the arithmetic adds.
-4. ``--call M,N,K``: three calls of the launcher's own choice (or of ``--config W,RT,S,D,ST``) at one shape and
+4. ``--floors``: 1 to 3 for the launcher's own configurations at M = 1 alone (its checks at every shape, then
+   its time and floors at the three decode shapes), without the sweep.
+5. ``--call M,N,K``: three calls of the launcher's own choice (or of ``--config W,RT,S,D,ST``) at one shape and
    nothing else, for Nsight Compute to profile the third (bench/gpu_session.sh int4-cuda runs it under
    ``ncu --clock-control none``: where the warps stall, the occupancy and the DRAM throughput reached).
 
@@ -158,9 +160,14 @@ def main() -> int:
                    "of the launcher's choice")
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
+    p.add_argument("--floors", action="store_true", help="the launcher's own configurations at M = 1 alone, "
+                   "checked, timed and their floors timed: what bounds the decode shapes, in about a minute")
     args = p.parse_args()
+    global CONFIGS, MS, FLOORS
+    if args.floors:
+        CONFIGS = tuple(dict.fromkeys(cu.CudaGemvConfig.for_shape(1, n, k) for n, k in NKS))
+        MS = (1,)
     if args.quick:
-        global CONFIGS, MS, FLOORS
         CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
         MS, FLOORS = (1, 4), False
     if args.call:
