@@ -36,11 +36,12 @@
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
 #   int4-floors the CUDA int4 kernel's own configurations at M = 1: checked, timed, their floors (the loads
-#             alone; the loads and the dequantisation) timed, and 1 x 4096 x 4096 under Nsight Compute
+#             alone; the loads and the dequantisation) timed, and 1 x 4096 x 4096 under Nsight Compute; then
+#             matmul's split-K probe
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed: 4 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
-#             LayerNorm's autograd host split (the backward's launcher from a second thread too), then matmul's
-#             split-K probe; all tarred into pending.tgz
+#             timed, b multicast to CTA pairs: 7 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
+#             then LayerNorm's autograd host split (the backward's launcher from a second thread too); all tarred
+#             into pending.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -263,6 +264,9 @@ case "$what" in
       reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$F/ncu-1,4096,4096.txt" 2>&1
     echo "ncu: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$F/ncu-1,4096,4096.txt" | head -12
+    start=$SECONDS
+    timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$F/splitk" > "$F/splitk.log" 2>&1
+    echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$F/splitk.log" | cut -c1-250 | tail -20
     ;;
   int4-check)
     start=$SECONDS
@@ -278,9 +282,12 @@ case "$what" in
   pending)
     R="$OUT/pending"; mkdir -p "$R"
     start=$SECONDS
-    # the FP8 wgmma kernel's promoted modes timed (its first run, on an H100, timed only the fast mode)
+    # the FP8 wgmma kernel's promoted modes timed (its first run, on an H100, timed only the fast mode), and b
+    # multicast to a pair of CTAs (half of b's reads from L2: a 128 x 128 tile's fp8 rate asks L2 for 32 KiB a
+    # 128-deep block) for the first time
     timeout 200 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
-      --variants overlap_s6,stream_s6,serial_s6,fast_s6 --variant-timeout 45 --skip-triton > "$R/fp8_probe.log" 2>&1
+      --variants overlap_s6,stream_s6,serial_s6,fast_s6,fast_s6_c2,overlap_s6_c2,stream_s6_c2 --variant-timeout 45 \
+      --skip-triton > "$R/fp8_probe.log" 2>&1
     echo "fp8 wgmma probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/fp8_probe.log" | cut -c1-300 | tail -30
     # where the ceiling's time goes: the fast mode's third call at 8192^3 under Nsight Compute, clocks untouched
     timeout 45 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
@@ -297,9 +304,6 @@ case "$what" in
     # LayerNorm's backward launcher on a second thread, as autograd's device thread runs it
     timeout 60 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
     echo "autograd host: exit $?"; head -16 "$R/autograd.log" | cut -c1-250
-    start=$SECONDS
-    timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$R/splitk" > "$R/splitk.log" 2>&1
-    echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/splitk.log" | cut -c1-250 | tail -20
     tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
     ;;
   gemm)

@@ -44,6 +44,7 @@ VARIANTS = {
     "fast_s6": WgmmaConfig(6, "fast"),
     # b multicast across a pair of CTAs: the risky one (cluster launch, remote barriers), so last
     "overlap_s6_c2": WgmmaConfig(6, "overlap", 2),
+    "fast_s6_c2": WgmmaConfig(6, "fast", 2),  # the ceiling with half of b's L2 reads
     "stream_s6_c2": WgmmaConfig(6, "stream", 2),
     "overlap_s5_c2": WgmmaConfig(5, "overlap", 2),
 }
