@@ -39,7 +39,7 @@
 #             alone; the loads and the dequantisation) timed, and 1 x 4096 x 4096 under Nsight Compute; then
 #             matmul's split-K probe
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed, b multicast to CTA pairs: 7 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
+#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
 #             then LayerNorm's autograd host split (the backward's launcher from a second thread too); all tarred
 #             into pending.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
@@ -282,12 +282,13 @@ case "$what" in
   pending)
     R="$OUT/pending"; mkdir -p "$R"
     start=$SECONDS
-    # the FP8 wgmma kernel's promoted modes timed (its first run, on an H100, timed only the fast mode), and b
-    # multicast to a pair of CTAs (half of b's reads from L2: a 128 x 128 tile's fp8 rate asks L2 for 32 KiB a
-    # 128-deep block) for the first time
-    timeout 200 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
-      --variants overlap_s6,stream_s6,serial_s6,fast_s6,fast_s6_c2,overlap_s6_c2,stream_s6_c2 --variant-timeout 45 \
-      --skip-triton > "$R/fp8_probe.log" 2>&1
+    # the FP8 wgmma kernel's promoted modes timed (its first run, on an H100, timed only the fast mode), and for
+    # the first time b multicast to a pair of CTAs, then a and b to pairs of a 2 x 2 square (half of b's reads from
+    # L2, then half of both: a 128 x 128 tile's fp8 rate asks L2 for 32 KiB a 128-deep block)
+    variants=overlap_s6,stream_s6,serial_s6,fast_s6,fast_s6_c2,overlap_s6_c2,stream_s6_c2
+    variants+=,fast_s6_c4,overlap_s6_c4,stream_s6_c4
+    timeout 220 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
+      --variants "$variants" --variant-timeout 45 --skip-triton > "$R/fp8_probe.log" 2>&1
     echo "fp8 wgmma probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/fp8_probe.log" | cut -c1-300 | tail -30
     # where the ceiling's time goes: the fast mode's third call at 8192^3 under Nsight Compute, clocks untouched
     timeout 45 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \

@@ -74,17 +74,24 @@ class WgmmaConfig:
     mode: str = "overlap"
     # 2: pairs of CTAs (a cluster) on vertically adjacent tiles, each loading half of b's tile and multicasting it
     # to both, which halves b's reads from L2 (a 128 x 128 tile reads 128 FLOP per byte without it); M must then
-    # be a multiple of 256. Not the default until a GPU has measured it.
+    # be a multiple of 256. 4: a 2 x 2 square of tiles, a and b each multicast to a pair, both reads halved; M and
+    # N multiples of 256. Neither is the default until a GPU has measured them.
     cluster: int = 1
 
     def __post_init__(self):
-        if self.stages not in (4, 5, 6) or self.mode not in MODES or self.cluster not in (1, 2):
-            raise ValueError(f"WgmmaConfig: stages 4, 5 or 6, mode one of {sorted(MODES)}, cluster 1 or 2; "
+        if self.stages not in (4, 5, 6) or self.mode not in MODES or self.cluster not in (1, 2, 4):
+            raise ValueError(f"WgmmaConfig: stages 4, 5 or 6, mode one of {sorted(MODES)}, cluster 1, 2 or 4; "
                              f"got {self}")
 
-    def takes(self, m: int) -> bool:
-        """Whether this configuration takes M rows (a cluster needs a pair of tiles)."""
-        return m % (TILE * self.cluster) == 0
+    @property
+    def tiles(self) -> tuple[int, int]:
+        """A cluster's tiles along M and N."""
+        return (1 if self.cluster == 1 else 2), (2 if self.cluster == 4 else 1)
+
+    def takes(self, m: int, n: int) -> bool:
+        """Whether this configuration takes an M x N output (a cluster needs whole squares or pairs of tiles)."""
+        tm, tn = self.tiles
+        return m % (TILE * tm) == 0 and n % (TILE * tn) == 0
 
 
 @functools.cache
@@ -170,8 +177,10 @@ def _launch(a, b, scale_a, scale_b, c, cfg: WgmmaConfig, fast_accum: bool) -> No
         raise ValueError(f"matmul_fp8_cuda: {why}")
     if fast_accum and cfg.mode != "fast":
         raise ValueError(f"matmul_fp8_cuda: fast_accum with config mode {cfg.mode!r}")
-    if not cfg.takes(a.shape[0]):
-        raise ValueError(f"matmul_fp8_cuda: clusters of {cfg.cluster} need M a multiple of {TILE * cfg.cluster}")
+    if not cfg.takes(a.shape[0], b.shape[0]):
+        tm, tn = cfg.tiles
+        raise ValueError(f"matmul_fp8_cuda: clusters of {cfg.cluster} need M a multiple of {TILE * tm} and N of "
+                         f"{TILE * tn}")
     _kernel(a, scale_a, scale_b, cfg)(a, b, scale_a, scale_b, c)
 
 

@@ -194,10 +194,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
       : "memory");
 }
 
-// Cluster 2: two CTAs take vertically adjacent tiles (same columns of b) and each loads half of b's 128 rows,
-// multicast into both: b's reads from L2 are halved (a tile of 128 x 128 needs 32 KiB per 128-deep block
-// otherwise). A stage is then written by both CTAs' loads, so it is free only once the consumers of both have
-// released it: each consumer warp arrives on its own and its peer's empty barrier.
+// Clusters. A 128 x 128 tile asks L2 for 32 KiB a 128-deep block, 128 FLOP a byte: at the fp8 rate more than L2
+// delivers to every SM at once. Cluster 2: two CTAs take vertically adjacent tiles (same columns of b) and each
+// loads half of b's 128 rows, multicast into both: b's reads from L2 are halved. Cluster 4: a 2 x 2 square of
+// tiles; rank r takes row rm = r % 2 and column rn = r / 2 of it, loads half of its a tile's rows multicast to its
+// row peer (rank r ^ 2, the same rows of a) and half of its b tile's rows multicast to its column peer (rank r ^ 1):
+// both reads halved. A stage is written by the loads of every CTA that shares an operand with it, so it is free
+// only once the consumers of all of them have released it: each consumer warp arrives on its own empty barrier and
+// on each peer's.
 template <int Stages, int Mode, int Cluster>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -206,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // a build for another target than sm_90a (wgmma, setmaxnreg) carries no kernel
 #else
-  static_assert(Cluster == 1 || Cluster == 2, "clusters of 1 or 2 CTAs");
+  static_assert(Cluster == 1 || Cluster == 2 || Cluster == 4, "clusters of 1, 2 or 2 x 2 CTAs");
+  constexpr int CM = Cluster == 1 ? 1 : 2, CN = Cluster == 4 ? 2 : 1;  // tiles of a cluster along M and N
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // the 128B swizzle pattern repeats every 1024 bytes: stages start on that boundary
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
@@ -215,14 +220,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   const uint32_t rank = Cluster == 1 ? 0 : cluster_rank();
-  // work units: Cluster vertically adjacent tiles, one per CTA of a cluster
-  const int units_m = M / (kBM * Cluster), tiles_n = N / kBN, units = units_m * tiles_n, kblocks = K / kBK;
+  const int rm = rank % CM, rn = rank / CM;
+  // work units: CM x CN adjacent tiles, one per CTA of a cluster
+  const int units_m = M / (kBM * CM), units_n = N / (kBN * CN), units = units_m * units_n, kblocks = K / kBK;
   const int first_unit = blockIdx.x / Cluster, unit_step = gridDim.x / Cluster;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Stages; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 8 * Cluster);  // one arrival per consumer warp of the cluster
+      mbar_init(empty + 8 * s, 8 * (CM + CN - 1));  // one arrival per consumer warp of this CTA and its peers
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -237,27 +243,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       for (int unit = first_unit; unit < units; unit += unit_step) {
-        int um, tn;
-        tile_coords(unit, units_m, tiles_n, um, tn);
-        const int tm = um * Cluster + rank;
+        int um, un;
+        tile_coords(unit, units_m, units_n, um, un);
+        const int tm = um * CM + rm, tn = un * CN + rn;
         for (int kb = 0; kb < kblocks; ++kb) {
           // a fresh barrier counts its (virtual) previous phase complete: the first round does not wait
           mbar_wait(empty + 8 * stage, phase ^ 1);
           const uint32_t a = base + stage * kStageBytes, bar = full + 8 * stage;
-          mbar_expect_tx(bar, kStageBytes);  // a, and all of b's rows whoever loads them
-          tma_load_2d(a, &map_a, bar, kb * kBK, tm * kBM);
-          if constexpr (Cluster == 1) {
+          mbar_expect_tx(bar, kStageBytes);  // all of a's and b's rows, whoever loads them
+          if constexpr (CN == 1) {
+            tma_load_2d(a, &map_a, bar, kb * kBK, tm * kBM);
+          } else {  // half of a's rows, to this CTA and its row peer
+            constexpr int half = kBM / 2;
+            tma_load_2d_multicast(a + rn * half * kBK, &map_a, bar, kb * kBK, tm * kBM + rn * half,
+                                  static_cast<uint16_t>((1u << rm) | (1u << (rm + CM))));
+          }
+          if constexpr (CM == 1) {
             tma_load_2d(a + kBM * kBK, &map_b, bar, kb * kBK, tn * kBN);
-          } else {
+          } else {  // half of b's rows, to this CTA and its column peer
             constexpr int half = kBN / 2;
-            tma_load_2d_multicast(a + kBM * kBK + rank * half * kBK, &map_b, bar, kb * kBK, tn * kBN + rank * half,
-                                  0x3);
+            tma_load_2d_multicast(a + kBM * kBK + rm * half * kBK, &map_b, bar, kb * kBK, tn * kBN + rm * half,
+                                  static_cast<uint16_t>(0x3u << (rn * CM)));
           }
           advance<Stages>(stage, phase);
         }
       }
     }
-    if constexpr (Cluster == 2) cluster_sync();
+    if constexpr (Cluster > 1) cluster_sync();
     return;
   }
 
@@ -281,7 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto release = [&](int stage) {
     if (releaser) {
       mbar_arrive(r.empty + 8 * stage);
-      if constexpr (Cluster == 2) mbar_arrive_peer(r.empty + 8 * stage, rank ^ 1);
+      if constexpr (CM == 2) mbar_arrive_peer(r.empty + 8 * stage, rank ^ 1);  // column peer: same b
+      if constexpr (CN == 2) mbar_arrive_peer(r.empty + 8 * stage, rank ^ 2);  // row peer: same a
     }
   };
 
@@ -295,9 +308,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       promote(total, d);
       release(stage);
       if (++kb == kblocks) {
-        int um, tn;
-        tile_coords(unit, units_m, tiles_n, um, tn);
-        store_tile(total, c, scale_a, scale_b, um * Cluster + rank, tn, cw, warp, lane, ldc, ssa, ssb);
+        int um, un;
+        tile_coords(unit, units_m, units_n, um, un);
+        store_tile(total, c, scale_a, scale_b, um * CM + rm, un * CN + rn, cw, warp, lane, ldc, ssa, ssb);
 #pragma unroll
         for (int i = 0; i < 64; ++i) total[i] = 0.f;
         kb = 0;
@@ -323,9 +336,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
   for (int unit = first_unit; unit < units; unit += unit_step) {
-    int um, tn;
-    tile_coords(unit, units_m, tiles_n, um, tn);
-    const int tm = um * Cluster + rank;
+    int um, un;
+    tile_coords(unit, units_m, units_n, um, un);
+    const int tm = um * CM + rm, tn = un * CN + rn;
     if constexpr (Mode != kFast) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) total[i] = 0.f;
@@ -370,8 +383,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     store_tile(total, c, scale_a, scale_b, tm, tn, cw, warp, lane, ldc, ssa, ssb);
   }
   }
-  // the peer may still arrive on this CTA's barriers until its last stage is released
-  if constexpr (Cluster == 2) cluster_sync();
+  // the peers may still arrive on this CTA's barriers until their last stage is released
+  if constexpr (Cluster > 1) cluster_sync();
 #endif
 }
 
@@ -423,7 +436,8 @@ cudaError_t launch(const Args& p) {
   auto kernel = fp8_gemm_kernel<Stages, Mode, Cluster>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const int units = (p.M / (kBM * Cluster)) * (p.N / kBN);
+  constexpr int CM = Cluster == 1 ? 1 : 2, CN = Cluster == 4 ? 2 : 1;
+  const int units = (p.M / (kBM * CM)) * (p.N / (kBN * CN));
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.blockDim = dim3(kThreads);
@@ -459,7 +473,9 @@ cudaError_t by_stages(int stages, const Args& p) {
 
 template <int Mode>
 cudaError_t by_cluster(int stages, int cluster, const Args& p) {
-  return cluster == 2 ? by_stages<Mode, 2>(stages, p) : by_stages<Mode, 1>(stages, p);
+  return cluster == 4 ? by_stages<Mode, 4>(stages, p)
+         : cluster == 2 ? by_stages<Mode, 2>(stages, p)
+                        : by_stages<Mode, 1>(stages, p);
 }
 
 }  // namespace
@@ -468,7 +484,8 @@ cudaError_t by_cluster(int stages, int cluster, const Args& p) {
 // Checks what the kernel relies on (the Python launcher checks them first, with the reasons); a null return is
 // success, anything else the error's text. mode: 0 overlapped promotion, 1 serial promotion, 2 no promotion,
 // 3 overlapped promotion and the tile's store overlapped with the next tile's first block;
-// cluster: 1, or 2 (b multicast to a pair of CTAs; M a multiple of 256).
+// cluster: 1, 2 (b multicast to a pair of CTAs; M a multiple of 256) or 4 (a 2 x 2 square of tiles, a and b
+// multicast to pairs; M and N multiples of 256).
 extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b, const float* scale_a,
                                            const float* scale_b, int64_t M, int64_t N, int64_t K, int64_t lda,
                                            int64_t ldb, int64_t ldc, int64_t ssa, int64_t ssb, int stages,
@@ -482,11 +499,12 @@ extern "C" const char* kh_fp8_wgmma_launch(void* c, const void* a, const void* b
     return "a, b and c must be 16-byte aligned";
   if (stages < 4 || stages > 6) return "stages must be 4, 5 or 6";
   if (mode < 0 || mode > 3) return "mode must be 0, 1, 2 or 3";
-  if (cluster != 1 && cluster != 2) return "cluster must be 1 or 2";
-  if (M % (kBM * cluster)) return "M must be a multiple of 256 for clusters of 2";
+  if (cluster != 1 && cluster != 2 && cluster != 4) return "cluster must be 1, 2 or 4";
+  const int cm = cluster == 1 ? 1 : 2, cn = cluster == 4 ? 2 : 1;
+  if (M % (kBM * cm) || N % (kBN * cn)) return "clusters of 2 need M a multiple of 256, of 4 M and N too";
   if (num_sms < cluster) return "num_sms must be at least the cluster size";
   Args p;
-  if (!make_map(&p.ma, a, M, K, lda, kBM) || !make_map(&p.mb, b, N, K, ldb, kBN / cluster))
+  if (!make_map(&p.ma, a, M, K, lda, kBM / cn) || !make_map(&p.mb, b, N, K, ldb, kBN / cm))
     return "cuTensorMapEncodeTiled failed (or the driver lacks it)";
   p.c = static_cast<__nv_bfloat16*>(c);
   p.sa = scale_a;

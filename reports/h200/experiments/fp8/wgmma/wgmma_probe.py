@@ -45,6 +45,10 @@ VARIANTS = {
     # b multicast across a pair of CTAs: the risky one (cluster launch, remote barriers), so last
     "overlap_s6_c2": WgmmaConfig(6, "overlap", 2),
     "fast_s6_c2": WgmmaConfig(6, "fast", 2),  # the ceiling with half of b's L2 reads
+    # a 2 x 2 square of tiles: a and b each multicast to a pair, half of both reads
+    "fast_s6_c4": WgmmaConfig(6, "fast", 4),
+    "overlap_s6_c4": WgmmaConfig(6, "overlap", 4),
+    "stream_s6_c4": WgmmaConfig(6, "stream", 4),
     "stream_s6_c2": WgmmaConfig(6, "stream", 2),
     "overlap_s5_c2": WgmmaConfig(5, "overlap", 2),
 }
@@ -78,7 +82,7 @@ def check(cfg: WgmmaConfig) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     out = {}
     for (m, n, k) in CHECK_SHAPES:
-        if not cfg.takes(m):
+        if not cfg.takes(m, n):
             continue
         for per_row in (0, 1):
             key = f"M={m} N={n} K={k} per_row={per_row}"
@@ -150,7 +154,7 @@ def timing(cfg: WgmmaConfig, with_triton: bool, samples: int) -> dict:
     out = {}
     for (m, n, k, per_row) in TIME_SHAPES:
         key = f"M={m} N={n} K={k} per_row={per_row}"
-        if not cfg.takes(m):
+        if not cfg.takes(m, n):
             continue
         try:
             out[key] = time_shape(cfg, m, n, k, per_row, with_triton, samples)
