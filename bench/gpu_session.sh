@@ -36,8 +36,8 @@
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
 #   int4-floors the CUDA int4 kernel's own configurations at M = 1: checked, timed, their floors (the loads
-#             alone; the loads and the dequantisation) timed, and 1 x 4096 x 4096 under Nsight Compute; then
-#             matmul's split-K probe
+#             alone; the loads and the dequantisation) and its folded build (KH_INT4_FOLD) timed, and 1 x 4096 x
+#             4096 under Nsight Compute; then matmul's split-K probe
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
 #             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
 #             then LayerNorm's autograd host split (the backward's launcher from a second thread too); all tarred
@@ -253,10 +253,13 @@ case "$what" in
     ;;
   int4-floors)
     # What bounds the M = 1 kernel: the launcher's configurations checked, timed, and timed with their work per
-    # group replaced (the loads alone; the loads and the dequantisation), then one shape under Nsight Compute
+    # group replaced (the loads alone; the loads and the dequantisation), the folded build (the zero point and
+    # scale out of the per-weight work) checked and timed; then one shape under Nsight Compute (four builds of
+    # the source: most of the probe's time)
     F="$OUT/int4-floors"; mkdir -p "$F"
     start=$SECONDS
-    timeout 240 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --out "$F" > "$F/probe.log" 2>&1
+    timeout 300 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --fold --out "$F" \
+      > "$F/probe.log" 2>&1
     echo "floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$F/probe.log" | cut -c1-300 | tail -20
     timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
       --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
