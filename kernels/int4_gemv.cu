@@ -281,6 +281,20 @@ __device__ __forceinline__ void b_frags(const uint4 v, uint32_t (&b)[4]) {
   b[3] = __byte_perm(v.y, v.w, 0x7632);
 }
 
+// One word of a row tile's two rows (lo: lane / 4, hi: lane / 4 + 8), its four registers of pairs each, into every
+// column tile: two MMAs of k 16 each.
+template <typename T, int NT>
+__device__ __forceinline__ void mma_word(float (&acc)[NT][4], const uint32_t (&lo)[4], const uint32_t (&hi)[4],
+                                         const uint32_t (&b)[NT][4]) {
+  const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+  const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+  for (int u = 0; u < NT; ++u) {
+    Mma<T>::run(acc[u], a0, b[u][0], b[u][1]);
+    Mma<T>::run(acc[u], a1, b[u][2], b[u][3]);
+  }
+}
+
 #if defined(KH_INT4_FOLD)
 // The zero point and scale folded out of the per-weight work (built by the int4 probe's --fold; the backend does
 // not use it until a GPU has measured it): each weight goes to the MMA as 2**E + q, exact under the lop3 alone,
@@ -311,13 +325,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
         lo[i] = nibbles_under(wl >> (4 * i), Num<T>::kMagic);
         hi[i] = nibbles_under(wh >> (4 * i), Num<T>::kMagic);
       }
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-#pragma unroll
-      for (int u = 0; u < NT; ++u) {
-        Mma<T>::run(part[t][u], a0, b[u][0], b[u][1]);
-        Mma<T>::run(part[t][u], a1, b[u][2], b[u][3]);
-      }
+      mma_word<T, NT>(part[t], lo, hi, b);
     }
   }
   // C fragment: registers 0 and 1 are row lane / 4, 2 and 3 row lane / 4 + 8 (h = i / 2)
@@ -360,13 +368,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
       const uint32_t* wh = reinterpret_cast<const uint32_t*>(&st.w[t][1]);
       dequant<T>(wl[j], s2[t][0], nz2[t][0], lo);
       dequant<T>(wh[j], s2[t][1], nz2[t][1], hi);
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-      const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-#pragma unroll
-      for (int u = 0; u < NT; ++u) {
-        Mma<T>::run(acc[t][u], a0, b[u][0], b[u][1]);
-        Mma<T>::run(acc[t][u], a1, b[u][2], b[u][3]);
-      }
+      mma_word<T, NT>(acc[t], lo, hi, b);
     }
   }
 }
