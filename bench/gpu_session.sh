@@ -35,13 +35,12 @@
 #   fa-tma    reports/h200/experiments/flash_attention/fa_config_sweep.py --family tma: flash_attention's TMA route
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
-#   int4-floors the CUDA int4 kernel's own configurations at M = 1: checked, timed, their floors (the loads
-#             alone; the loads and the dequantisation) and its folded build (KH_INT4_FOLD) timed, and 1 x 4096 x
-#             4096 under Nsight Compute; then matmul's split-K probe
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton) and its fast mode under ncu, the planned launchers' tests on the GPU,
-#             then LayerNorm's autograd host split (the backward's launcher from a second thread too); all tarred
-#             into pending.tgz
+#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors and folded
+#             build at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
+#             then the planned launchers' tests on the GPU; all tarred into pending.tgz
+#   followup  after pending: the FP8 kernel (NCU_FP8, a probe variant: fast_s6) and the int4 M = 1 kernel under
+#             Nsight Compute, then matmul's split-K probe; tarred into followup.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -251,26 +250,6 @@ case "$what" in
       --kernel int4_matmul 2>&1 | tee "$OUT/pytest-full-tier-int4.log" | grep -vE '^[.sF]+( |$)' | tail -20
     echo "full tier wall: $((SECONDS - start)) s" | tee -a "$OUT/pytest-full-tier-int4.log"
     ;;
-  int4-floors)
-    # What bounds the M = 1 kernel: the launcher's configurations checked, timed, and timed with their work per
-    # group replaced (the loads alone; the loads and the dequantisation), the folded build (the zero point and
-    # scale out of the per-weight work) checked and timed; then one shape under Nsight Compute (four builds of
-    # the source: most of the probe's time)
-    F="$OUT/int4-floors"; mkdir -p "$F"
-    start=$SECONDS
-    timeout 300 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --fold --out "$F" \
-      > "$F/probe.log" 2>&1
-    echo "floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$F/probe.log" | cut -c1-300 | tail -20
-    timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
-      --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
-      reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$F/ncu-1,4096,4096.txt" 2>&1
-    echo "ncu: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
-      "$F/ncu-1,4096,4096.txt" | head -12
-    start=$SECONDS
-    timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$F/splitk" > "$F/splitk.log" 2>&1
-    echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$F/splitk.log" | cut -c1-250 | tail -20
-    ;;
   int4-check)
     start=$SECONDS
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest specs --tier full -q -rfEs -p no:cacheprovider \
@@ -283,6 +262,7 @@ case "$what" in
     tar -czf "$OUT/bench-int4.tgz" -C "$OUT" bench-int4 && rm -rf "$OUT/bench-int4"
     ;;
   pending)
+    # in order of worth, each step within its own limit (together under ten minutes), all tarred into pending.tgz
     R="$OUT/pending"; mkdir -p "$R"
     start=$SECONDS
     # the FP8 wgmma kernel's promoted modes timed (its first run, on an H100, timed only the fast mode), and for
@@ -290,25 +270,47 @@ case "$what" in
     # L2, then half of both: a 128 x 128 tile's fp8 rate asks L2 for 32 KiB a 128-deep block)
     variants=overlap_s6,stream_s6,serial_s6,fast_s6,fast_s6_c2,overlap_s6_c2,stream_s6_c2
     variants+=,fast_s6_c4,overlap_s6_c4,stream_s6_c4
-    timeout 220 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
-      --variants "$variants" --variant-timeout 45 --skip-triton > "$R/fp8_probe.log" 2>&1
+    timeout 200 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 30 \
+      --variants "$variants" --variant-timeout 40 --skip-triton > "$R/fp8_probe.log" 2>&1
     echo "fp8 wgmma probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/fp8_probe.log" | cut -c1-300 | tail -30
-    # where the ceiling's time goes: the fast mode's third call at 8192^3 under Nsight Compute, clocks untouched
-    timeout 45 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
+    # What bounds the int4 M = 1 kernel: the launcher's configurations checked, timed, and timed with their work
+    # per group replaced (the loads alone; the loads and the dequantisation), and the folded build (the zero point
+    # and scale out of the per-weight work) checked and timed (four builds of the source: most of its time)
+    start=$SECONDS
+    timeout 240 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --fold --out "$R/int4" \
+      > "$R/int4_probe.log" 2>&1
+    echo "int4 floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/int4_probe.log" | cut -c1-300 \
+      | tail -20
+    # LayerNorm's backward launcher on a second thread, as autograd's device thread runs it
+    timeout 50 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; head -16 "$R/autograd.log" | cut -c1-250
+    # the planned launchers' tests with their tensors on the GPU (on the H100 they made them on the CPU)
+    timeout 80 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
+      > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250
+    tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
+    ;;
+  followup)
+    # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
+    # then matmul's split-K probe; tarred into followup.tgz
+    R="$OUT/followup"; mkdir -p "$R"
+    timeout 60 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python3 \
-      reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants fast_s6 \
-      > "$R/ncu-fp8-fast.txt" 2>&1
-    echo "ncu fp8 fast: exit $?"
+      reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants "${NCU_FP8:-fast_s6}" \
+      > "$R/ncu-fp8.txt" 2>&1
+    echo "ncu fp8: exit $?"
     grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Stall|No Eligible" \
-      "$R/ncu-fp8-fast.txt" | head -14
-    # the planned launchers' tests with their tensors on the GPU (on the H100 they made them on the CPU)
-    timeout 90 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
-      > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250
-    # LayerNorm's backward launcher on a second thread, as autograd's device thread runs it
-    timeout 60 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; head -16 "$R/autograd.log" | cut -c1-250
-    tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
+      "$R/ncu-fp8.txt" | head -14
+    timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
+      --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
+      reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$R/ncu-int4-1,4096,4096.txt" 2>&1
+    echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
+      "$R/ncu-int4-1,4096,4096.txt" | head -12
+    start=$SECONDS
+    timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$R/splitk" > "$R/splitk.log" 2>&1
+    echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/splitk.log" | cut -c1-250 | tail -20
+    tar -czf "$OUT/followup.tgz" -C "$OUT" followup && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
