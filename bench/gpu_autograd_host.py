@@ -11,7 +11,8 @@ back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_
 - the launchers called directly (forward with statistics, backward kernel), no autograd, and the backward's
   launcher and the Function's ``backward`` (a stand-in ctx) also from a second thread, as autograd's device thread
   runs them;
-- the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone);
+- the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone), and a
+  Function that passes its gradient through, on CUDA tensors and on CPU ones (the device thread's cost);
 - torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
 
 Usage: python3 bench/gpu_autograd_host.py --out DIR   (writes DIR/autograd_host.json and DIR/profile.txt)
@@ -53,6 +54,16 @@ def in_thread(fn):
     worker.start()
     worker.join()
     return out[0]
+
+
+class PassThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 def main() -> int:
@@ -115,6 +126,13 @@ def main() -> int:
             lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g))
     finally:
         ln.layernorm, ln.layernorm_bwd = real_fwd, real_bwd
+    # the engine alone: a Function whose forward allocates its output and whose backward returns its gradient,
+    # CUDA tensors (backward on autograd's device thread) against CPU tensors (backward on the calling thread)
+    for where in ("cuda", "cpu"):
+        leaf = torch.randn(args.tokens, args.hidden, device=where, dtype=dt, requires_grad=True)
+        seed = torch.randn_like(leaf)
+        rows[f"pass-through Function: forward and backward, {where} tensors"] = host_us(
+            lambda leaf=leaf, seed=seed: torch.autograd.grad(PassThrough.apply(leaf), (leaf,), seed))
     for k, v in rows.items():
         print(f"{v:9.1f} us  {k}", flush=True)
 

@@ -39,8 +39,9 @@
 #             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors and folded
 #             build at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
 #             then the planned launchers' tests on the GPU; all tarred into pending.tgz
-#   followup  after pending: the FP8 kernel (NCU_FP8, a probe variant: fast_s6) and the int4 M = 1 kernel under
-#             Nsight Compute, then matmul's split-K probe; tarred into followup.tgz
+#   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
+#             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
+#             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -293,20 +294,26 @@ case "$what" in
     # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
     # then matmul's split-K probe; tarred into followup.tgz
     R="$OUT/followup"; mkdir -p "$R"
-    timeout 60 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python3 \
-      reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants "${NCU_FP8:-fast_s6}" \
-      > "$R/ncu-fp8.txt" 2>&1
-    echo "ncu fp8: exit $?"
-    grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Stall|No Eligible" \
-      "$R/ncu-fp8.txt" | head -14
+    # each variant of NCU_FP8 (comma-separated) on its own: the single-CTA ceiling beside a multicast cluster's
+    IFS=, read -ra fp8_variants <<< "${NCU_FP8:-fast_s6,fast_s6_c2}"
+    for v in "${fp8_variants[@]}"; do
+      timeout 60 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python3 \
+        reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants "$v" \
+        > "$R/ncu-fp8-$v.txt" 2>&1
+      echo "ncu fp8 $v: exit $?"
+      grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Registers Per|Stall|No Eligible" \
+        "$R/ncu-fp8-$v.txt" | head -14
+    done
     timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
       --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
       reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$R/ncu-int4-1,4096,4096.txt" 2>&1
     echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$R/ncu-int4-1,4096,4096.txt" | head -12
+    timeout 50 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; grep " us " "$R/autograd.log" | cut -c1-250
     start=$SECONDS
     timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$R/splitk" > "$R/splitk.log" 2>&1
     echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/splitk.log" | cut -c1-250 | tail -20
