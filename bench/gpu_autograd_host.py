@@ -4,7 +4,8 @@
 On the H200 (reports/h200/, 2026-12-06) LayerNormFunction's forward and backward took 711 us of host time per
 call at 64 x 4096 with the GPU kept busy, against 166 for F.layer_norm's, where its forward launcher alone took 12
 and its backward kernel alone 56. This splits that time on the GPU, each figure the host microseconds per call of
-back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_profile.py's host_us):
+back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_profile.py's host_us), the
+median of REPEATS timings:
 
 - the forward through ``Function.apply`` (leaves that need gradients) and the backward through
   ``torch.autograd.grad`` on its graph, apart and together, for LayerNorm, RMSNorm and torch's LayerNorm;
@@ -13,6 +14,8 @@ back-to-back calls behind a spin kernel (the benchmark's method, bench/gpu_host_
   runs them;
 - the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone), and a
   Function that passes its gradient through, on CUDA tensors and on CPU ones (the device thread's cost);
+- LayerNorm's forward and backward inside autograd with its Function's forward and backward and both launchers
+  timed from within, so what autograd adds around them is the rest;
 - torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
 
 Usage: python3 bench/gpu_autograd_host.py --out DIR   (writes DIR/autograd_host.json and DIR/profile.txt)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import threading
 import time
@@ -34,17 +38,71 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+REPEATS = 5  # one figure is the median of this many timings: single timings of one call varied up to 1.5x
+
+
 def host_us(fn, calls: int = 50) -> float:
     for _ in range(5):
         fn()
+    times = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(4e8))  # 0.2 s or more of spin, ten times what 50 calls take: all queue behind it
+        t = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter_ns() - t) / 1e3 / calls)
     torch.cuda.synchronize()
-    torch.cuda._sleep(int(2e9))  # about a second of spin: every launch below queues behind it
-    t = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    us = (time.perf_counter_ns() - t) / 1e3 / calls
-    torch.cuda.synchronize()
-    return us
+    return statistics.median(times)
+
+
+def timed(owner, name: str, spent: dict):
+    """owner.name replaced by a wrapper adding its time per call to spent[name]; the original returned."""
+    real = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter_ns()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0) + time.perf_counter_ns() - t
+
+    setattr(owner, name, staticmethod(wrapper) if isinstance(owner, type) else wrapper)
+    return real
+
+
+def inside_autograd(fwd, wrt, g, ln, calls: int = 50) -> dict:
+    """Where one forward-and-backward's host time goes inside autograd: the Function's forward and backward and
+    the launchers they call, timed from within (perf_counter around each), against the whole call; the rest is
+    the autograd machinery and the handoff to its device thread. Medians of REPEATS timings."""
+    fn_cls = ln.LayerNormFunction
+    names = [(fn_cls, "forward"), (fn_cls, "backward"), (ln, "layernorm"), (ln, "layernorm_bwd")]
+    rows: dict[str, list[float]] = {}
+    for _ in range(REPEATS):
+        spent: dict = {}
+        reals = [timed(owner, name, spent) for owner, name in names]
+        try:
+            for _ in range(5):
+                torch.autograd.grad(fwd(), wrt, g)
+            spent.clear()
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(4e8))
+            t = time.perf_counter_ns()
+            for _ in range(calls):
+                torch.autograd.grad(fwd(), wrt, g)
+            whole = time.perf_counter_ns() - t
+        finally:
+            for (owner, name), real in zip(names, reals, strict=True):
+                setattr(owner, name, staticmethod(real) if isinstance(owner, type) else real)
+        torch.cuda.synchronize()
+        per = {name: spent.get(name, 0) / 1e3 / calls for _, name in names}
+        per["whole call"] = whole / 1e3 / calls
+        per["outside the Function (autograd)"] = per["whole call"] - per["forward"] - per["backward"]
+        per["Function.forward less its launcher"] = per["forward"] - per["layernorm"]
+        per["Function.backward less its launcher"] = per["backward"] - per["layernorm_bwd"]
+        for k, v in per.items():
+            rows.setdefault(k, []).append(v)
+    return {f"layernorm inside autograd: {k}": statistics.median(v) for k, v in rows.items()}
 
 
 def in_thread(fn):
@@ -126,6 +184,7 @@ def main() -> int:
             lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g))
     finally:
         ln.layernorm, ln.layernorm_bwd = real_fwd, real_bwd
+    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, ln))
     # the engine alone: a Function whose forward allocates its output and whose backward returns its gradient,
     # CUDA tensors (backward on autograd's device thread) against CPU tensors (backward on the calling thread)
     for where in ("cuda", "cpu"):
