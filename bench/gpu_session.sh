@@ -42,8 +42,6 @@
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
-#   inflight  LayerNorm's forward and backward timed from inside autograd (bench/gpu_autograd_host.py), then the
-#             int4 kernel at M = 1 with three groups in flight beside the launcher's, floors included
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -291,20 +289,6 @@ case "$what" in
     timeout 80 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
       > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250
     tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
-    ;;
-  inflight)
-    # LayerNorm's forward and backward timed from inside autograd (its Function's forward and backward and both
-    # launchers, so the rest is autograd's), medians of five; then int4 at M = 1 with a third group in flight
-    # beside the launcher's (the launcher's reached 30% of DRAM bandwidth at 25% occupancy under ncu)
-    R="$OUT/inflight"; mkdir -p "$R"
-    timeout 120 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; grep " us " "$R/autograd.log" | cut -c1-250
-    start=$SECONDS
-    timeout 300 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --out "$R/int4" \
-      > "$R/int4_probe.log" 2>&1
-    echo "int4 floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/int4_probe.log" | cut -c1-300 \
-      | tail -24
-    tar -czf "$OUT/inflight.tgz" -C "$OUT" inflight && rm -rf "$R"
     ;;
   followup)
     # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),

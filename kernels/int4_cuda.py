@@ -89,16 +89,15 @@ class CudaGemvConfig:
     warps: int  # per block, each taking every warps-th group of K (of its split): 1, 2, 4 or 8
     row_tiles: int = 1  # 16-row tiles of w per block, sharing the activations' loads: 1 or 2
     splits: int = 1  # blocks along K per row tile, summed in the same launch: 1 to SPLIT_MAX
-    depth: int = 1  # groups a warp has in flight in registers beside the one it computes: 1, 2 or 3 (one row tile)
+    depth: int = 1  # groups a warp has in flight in registers beside the one it computes: 1 or 2
     # 0: those registers; 3, 4 or 6: a ring of that many groups a warp in shared memory (cp.async), depth then 1
     stages: int = 0
 
     def __post_init__(self):
         if (self.warps not in (1, 2, 4, 8) or self.row_tiles not in (1, 2) or not 1 <= self.splits <= SPLIT_MAX
-                or self.depth not in (1, 2, 3) or self.stages not in STAGES or (self.stages and self.depth != 1)
-                or (self.depth == 3 and self.row_tiles != 1)):
+                or self.depth not in (1, 2) or self.stages not in STAGES or (self.stages and self.depth != 1)):
             raise ValueError(f"CudaGemvConfig: warps 1, 2, 4 or 8, row_tiles 1 or 2, splits 1 to {SPLIT_MAX}, "
-                             f"depth 1 to 3 (3 at one row tile), stages 0, 3, 4 or 6 (depth 1 with a ring); got {self}")
+                             f"depth 1 or 2, stages 0, 3, 4 or 6 (depth 1 with a ring); got {self}")
 
     def smem_bytes(self, m: int) -> int:
         """Dynamic shared memory a block takes at ``m`` rows (kernels/int4_gemv.cu, warp_smem_bytes): each

@@ -25,7 +25,7 @@
 // shared memory in warp order, and where N alone gives too few blocks, across blocks too (the kernel's comment
 // says how): deterministic either way, in one launch, with no floating-point atomics.
 //
-// How a warp's next groups get to it. The register path (STAGES = 0) loads the next D groups (1 to 3) into
+// How a warp's next groups get to it. The register path (STAGES = 0) loads the next D groups (1 or 2) into
 // registers: at most about 2 KB of w in flight a warp, so with two blocks of eight warps an SM keeps about 32 KB
 // of its DRAM reads in flight, too few to cover the loaded latency at the HBM's rate, and each warp walks its
 // groups through several dependent round trips; the kernel took the same time on an H100 and an H200. The ring
@@ -536,9 +536,6 @@ cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int 
     case 4: return by_tiles<T, 1, 4>(p, warps, row_tiles, splits, s);
     case 6: return by_tiles<T, 1, 6>(p, warps, row_tiles, splits, s);
     default:
-      // three groups in flight at one row tile only: two row tiles of M > 8 spill (255 registers)
-      if (depth == 3)
-        return p.M > 8 ? launch<T, 1, 2, 3, 0>(p, warps, splits, s) : launch<T, 1, 1, 3, 0>(p, warps, splits, s);
       return depth == 1 ? by_tiles<T, 1, 0>(p, warps, row_tiles, splits, s)
                         : by_tiles<T, 2, 0>(p, warps, row_tiles, splits, s);
   }
@@ -548,7 +545,7 @@ cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int 
 }  // namespace kh_int4
 
 // The launcher (kernels/int4_cuda.py checks shapes, dtypes, strides and alignments first). dtype: 1 fp16, 2 bf16.
-// stages: 0 for the register path (depth 1 to 3 groups in flight), else the ring's slots (3, 4 or 6; depth 1).
+// stages: 0 for the register path (depth 1 or 2 groups in flight), else the ring's slots (3, 4 or 6; depth 1).
 // Returns nullptr, or what went wrong.
 extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
                                            const void* zeros, void* ws, void* cnt, int64_t M, int64_t N, int64_t K, int64_t lda,
@@ -561,7 +558,7 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
   if (warps != 1 && warps != 2 && warps != 4 && warps != 8) return "warps must be 1, 2, 4 or 8";
   if (row_tiles != 1 && row_tiles != 2) return "row_tiles must be 1 or 2";
   if (splits < 1 || splits > 64) return "splits must be 1 to 64";
-  if (depth < 1 || depth > 3 || (depth == 3 && row_tiles != 1)) return "depth must be 1 or 2, or 3 at one row tile";
+  if (depth != 1 && depth != 2) return "depth must be 1 or 2";
   if (stages != 0 && stages != 3 && stages != 4 && stages != 6) return "stages must be 0, 3, 4 or 6";
   if (stages != 0 && depth != 1) return "depth must be 1 with a ring (stages > 0)";
   if (stages != 0) {

@@ -94,19 +94,6 @@ def test_a_ring_takes_no_second_register_group():
         cu.CudaGemvConfig(8, depth=2, stages=4)
 
 
-@pytest.mark.parametrize("depth", [0, 4])
-def test_depths_outside_the_instantiated_ones_are_refused(depth):
-    with pytest.raises(ValueError, match="depth 1 to 3"):
-        cu.CudaGemvConfig(8, depth=depth)
-
-
-def test_three_groups_in_flight_at_one_row_tile_only():
-    # two row tiles at M > 8 would hold three groups in 255 registers and spill (ptxas for sm_90)
-    assert cu.CudaGemvConfig(8, depth=3).depth == 3
-    with pytest.raises(ValueError, match="3 at one row tile"):
-        cu.CudaGemvConfig(8, row_tiles=2, depth=3)
-
-
 def test_the_ring_shared_memory_matches_the_kernel_formula():
     # warps x stages x (1 KB a row tile + 256 bytes a row of a); the partial tiles alone without a ring
     assert cu.CudaGemvConfig(8, stages=6).smem_bytes(1) == 8 * 6 * 1280

@@ -18,8 +18,7 @@ how fast against bf16 and the Triton kernels.
    dequantisation kept, XORed instead of multiplied (no MMA). The kernel's time over the floors says what the
    loads cost and what the arithmetic adds.
 4. ``--floors``: 1 to 3 for the launcher's own configurations at M = 1 alone (its checks at every shape, then
-   its time and floors at the three decode shapes), without the sweep; beside each register configuration the
-   same with three groups in flight (depth 3), its floors too. ``--fold`` adds the source built with
+   its time and floors at the three decode shapes), without the sweep. ``--fold`` adds the source built with
    ``KH_INT4_FOLD`` (kernels/int4_gemv.cu: the zero point and scale out of the per-weight work), checked at every
    shape with the launcher's configuration and timed beside it where every check passed.
 5. ``--call M,N,K``: three calls of the launcher's own choice (or of ``--config W,RT,S,D,ST``) at one shape and
@@ -33,7 +32,6 @@ DIR`` (writes DIR/int4_cuda_probe.json).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -151,10 +149,6 @@ def time_shape(m, n, k, bad: set) -> dict:
                          SWEEP_TIMING)
         rec["rows"].append({"config": str(cfg), "us": t, "x_bf16": rec["bf16_us"] / t, "stages": cfg.stages})
     rec["rows"].sort(key=lambda r: r["us"])
-    deep = [x for x in CONFIGS if x.depth == 3 and x.splits == 1 and str(x) not in bad and fits(x, m)]
-    if m <= cu.ROUTE_MAX_M and deep:
-        us = {r["config"]: r["us"] for r in rec["rows"]}
-        floors(rec, "depth3_floor", min(deep, key=lambda x: us.get(str(x), float("inf"))), c, a, w, s, z)
     rings = [r for r in rec["rows"] if r["stages"]]
     if rings:
         rec["ring_us"], rec["ring_config"] = rings[0]["us"], rings[0]["config"]
@@ -170,9 +164,6 @@ def time_shape(m, n, k, bad: set) -> dict:
     if "floor_loads_us" in rec:
         print(f"  floors of the launcher's: loads alone {rec['floor_loads_us']:.2f} us, loads and dequantisation "
               f"{rec['floor_dequant_us']:.2f} us", flush=True)
-    if "depth3_floor_loads_us" in rec:
-        print(f"  floors of the fastest with three groups in flight: loads alone {rec['depth3_floor_loads_us']:.2f} "
-              f"us, loads and dequantisation {rec['depth3_floor_dequant_us']:.2f} us", flush=True)
     if "ring_us" in rec:
         print(f"  best ring {rec['ring_config']}: {rec['ring_us']:.2f} us = {rec['bf16_us'] / rec['ring_us']:.2f}x "
               f"bf16, {rec['cuda_us'] / rec['ring_us']:.2f}x the launcher's", flush=True)
@@ -202,10 +193,6 @@ def main() -> int:
     FOLD = args.fold
     if args.floors:
         CONFIGS = tuple(dict.fromkeys(cu.CudaGemvConfig.for_shape(1, n, k) for n, k in NKS))
-        # beside each register configuration, the same with a third group in flight (more of the HBM's latency
-        # covered: on the H100 at 4096 x 4096 the launcher's reached 30% of DRAM bandwidth at 25% occupancy)
-        CONFIGS += tuple(dict.fromkeys(dataclasses.replace(c, depth=3) for c in CONFIGS
-                                       if c.row_tiles == 1 and not c.stages))
         MS = (1,)
     if args.quick:
         CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
