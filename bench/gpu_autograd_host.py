@@ -15,7 +15,8 @@ median of REPEATS timings:
 - the same autograd calls with a backward that launches nothing (what the autograd machinery costs alone), and a
   Function that passes its gradient through, on CUDA tensors and on CPU ones (the device thread's cost);
 - LayerNorm's forward and backward inside autograd with its Function's forward and backward and both launchers
-  timed from within, so what autograd adds around them is the rest;
+  timed from within, so what autograd adds around them is the rest; then again with a pause after each call (does
+  autograd's device thread, still holding Python objects after a call returns, slow the next forward?);
 - torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
 
 Usage: python3 bench/gpu_autograd_host.py --out DIR   (writes DIR/autograd_host.json and DIR/profile.txt)
@@ -71,10 +72,14 @@ def timed(owner, name: str, spent: dict):
     return real
 
 
-def inside_autograd(fwd, wrt, g, ln, calls: int = 50) -> dict:
+def inside_autograd(fwd, wrt, g, ln, calls: int = 50, pause_s: float = 0.0) -> dict:
     """Where one forward-and-backward's host time goes inside autograd: the Function's forward and backward and
     the launchers they call, timed from within (perf_counter around each), against the whole call; the rest is
-    the autograd machinery and the handoff to its device thread. Medians of REPEATS timings."""
+    the autograd machinery and the handoff to its device thread. Medians of REPEATS timings.
+
+    ``pause_s``: a sleep after each call (the GIL released), its own time taken out of the whole: whatever
+    autograd's device thread still does with the GIL once a call has returned then no longer competes with the
+    next forward's Python."""
     fn_cls = ln.LayerNormFunction
     names = [(fn_cls, "forward"), (fn_cls, "backward"), (ln, "layernorm"), (ln, "layernorm_bwd")]
     rows: dict[str, list[float]] = {}
@@ -87,10 +92,14 @@ def inside_autograd(fwd, wrt, g, ln, calls: int = 50) -> dict:
             spent.clear()
             torch.cuda.synchronize()
             torch.cuda._sleep(int(4e8))
-            t = time.perf_counter_ns()
+            t, paused = time.perf_counter_ns(), 0
             for _ in range(calls):
                 torch.autograd.grad(fwd(), wrt, g)
-            whole = time.perf_counter_ns() - t
+                if pause_s:
+                    p = time.perf_counter_ns()
+                    time.sleep(pause_s)
+                    paused += time.perf_counter_ns() - p
+            whole = time.perf_counter_ns() - t - paused
         finally:
             for (owner, name), real in zip(names, reals, strict=True):
                 setattr(owner, name, staticmethod(real) if isinstance(owner, type) else real)
@@ -102,7 +111,9 @@ def inside_autograd(fwd, wrt, g, ln, calls: int = 50) -> dict:
         per["Function.backward less its launcher"] = per["backward"] - per["layernorm_bwd"]
         for k, v in per.items():
             rows.setdefault(k, []).append(v)
-    return {f"layernorm inside autograd: {k}": statistics.median(v) for k, v in rows.items()}
+    where = f"layernorm inside autograd, {pause_s * 1e3:g} ms pause after each call" if pause_s else \
+        "layernorm inside autograd"
+    return {f"{where}: {k}": statistics.median(v) for k, v in rows.items()}
 
 
 def in_thread(fn):
@@ -185,6 +196,7 @@ def main() -> int:
     finally:
         ln.layernorm, ln.layernorm_bwd = real_fwd, real_bwd
     rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, ln))
+    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, ln, pause_s=5e-4))
     # the engine alone: a Function whose forward allocates its output and whose backward returns its gradient,
     # CUDA tensors (backward on autograd's device thread) against CPU tensors (backward on the calling thread)
     for where in ("cuda", "cpu"):

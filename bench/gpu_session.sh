@@ -42,6 +42,7 @@
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
+#   autograd  bench/gpu_autograd_host.py alone (LayerNorm's host time split inside and outside autograd)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -289,6 +290,12 @@ case "$what" in
     timeout 80 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
       > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250
     tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
+    ;;
+  autograd)
+    # bench/gpu_autograd_host.py alone: where LayerNorm's forward-and-backward host time goes inside autograd
+    R="$OUT/autograd"; mkdir -p "$R"
+    timeout 150 python3 bench/gpu_autograd_host.py --out "$R" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; grep " us " "$R/autograd.log" | cut -c1-250
     ;;
   followup)
     # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
