@@ -36,8 +36,7 @@
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors and folded
-#             build at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
+#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
 #             then the planned launchers' tests on the GPU; all tarred into pending.tgz
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
@@ -276,10 +275,10 @@ case "$what" in
       --variants "$variants" --variant-timeout 40 --skip-triton > "$R/fp8_probe.log" 2>&1
     echo "fp8 wgmma probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/fp8_probe.log" | cut -c1-300 | tail -30
     # What bounds the int4 M = 1 kernel: the launcher's configurations checked, timed, and timed with their work
-    # per group replaced (the loads alone; the loads and the dequantisation), and the folded build (the zero point
-    # and scale out of the per-weight work) checked and timed (four builds of the source: most of its time)
+    # per group replaced (the loads alone; the loads and the dequantisation): three builds of the source, most of
+    # its time
     start=$SECONDS
-    timeout 240 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --fold --out "$R/int4" \
+    timeout 240 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --floors --out "$R/int4" \
       > "$R/int4_probe.log" 2>&1
     echo "int4 floors probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/int4_probe.log" | cut -c1-300 \
       | tail -20

@@ -60,7 +60,6 @@ template <> struct Num<__nv_bfloat16> {
   static __device__ __forceinline__ uint16_t bits(float x) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
   }
-  static __device__ __forceinline__ float value(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 };
 template <> struct Num<__half> {
   static constexpr uint32_t kMagic = 0x64006400u;  // 1024.0 twice
@@ -72,7 +71,6 @@ template <> struct Num<__half> {
     return d;
   }
   static __device__ __forceinline__ uint16_t bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
-  static __device__ __forceinline__ float value(uint16_t b) { return __half2float(__ushort_as_half(b)); }
 };
 
 __device__ __forceinline__ uint32_t nibbles_under(uint32_t x, uint32_t magic) {
@@ -295,55 +293,6 @@ __device__ __forceinline__ void mma_word(float (&acc)[NT][4], const uint32_t (&l
   }
 }
 
-#if defined(KH_INT4_FOLD)
-// The zero point and scale folded out of the per-weight work (built by the int4 probe's --fold; the backend does
-// not use it until a GPU has measured it): each weight goes to the MMA as 2**E + q, exact under the lop3 alone,
-// into a partial tile of its own group, and the group's sum of a (an MMA of ones with the same B fragments) takes
-// the offset back out: total += s ((sum_k (2**E + q) a) - (2**E + z) sum_k a). 7 instructions a word instead of
-// 15, 8 more MMAs and 8 FMAs a group; no rounding of (q - z) s to the input's type (the reference's), the fp32
-// difference cancelling about 2**E / 8 of the partial sum's magnitude (4 bits of bf16's 24, 7 of fp16's).
-template <typename T, int RT, int NT>
-__device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<RT, NT>& st) {
-  constexpr uint32_t kOnes[4] = {Num<T>::kOne, Num<T>::kOne, Num<T>::kOne, Num<T>::kOne};
-  float part[RT][NT][4] = {}, sum_a[NT][4] = {};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    uint32_t b[NT][4];
-#pragma unroll
-    for (int u = 0; u < NT; ++u) {
-      b_frags(st.a[u][j], b[u]);
-      Mma<T>::run(sum_a[u], kOnes, b[u][0], b[u][1]);
-      Mma<T>::run(sum_a[u], kOnes, b[u][2], b[u][3]);
-    }
-#pragma unroll
-    for (int t = 0; t < RT; ++t) {
-      uint32_t lo[4], hi[4];  // rows lane / 4 and lane / 4 + 8
-      const uint32_t wl = reinterpret_cast<const uint32_t*>(&st.w[t][0])[j];
-      const uint32_t wh = reinterpret_cast<const uint32_t*>(&st.w[t][1])[j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = nibbles_under(wl >> (4 * i), Num<T>::kMagic);
-        hi[i] = nibbles_under(wh >> (4 * i), Num<T>::kMagic);
-      }
-      mma_word<T, NT>(part[t], lo, hi, b);
-    }
-  }
-  // C fragment: registers 0 and 1 are row lane / 4, 2 and 3 row lane / 4 + 8 (h = i / 2)
-#pragma unroll
-  for (int t = 0; t < RT; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float scale = Num<T>::value(st.s[t][h]), offset = Num<T>::kBias + (float)st.z[t][h];
-#pragma unroll
-      for (int u = 0; u < NT; ++u)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 2 * h + e;
-          acc[t][u][i] = fmaf(scale, fmaf(-offset, sum_a[u][i], part[t][u][i]), acc[t][u][i]);
-        }
-    }
-}
-#else
 template <typename T, int RT, int NT>
 __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<RT, NT>& st) {
   uint32_t s2[RT][2], nz2[RT][2];
@@ -373,7 +322,6 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
   }
 }
 
-#endif  // KH_INT4_FOLD
 #endif  // KH_INT4_FLOOR
 
 // Shared memory a warp takes: its ring, whose bytes its partial tile reuses (always large enough), or that tile alone.

@@ -18,9 +18,7 @@ how fast against bf16 and the Triton kernels.
    dequantisation kept, XORed instead of multiplied (no MMA). The kernel's time over the floors says what the
    loads cost and what the arithmetic adds.
 4. ``--floors``: 1 to 3 for the launcher's own configurations at M = 1 alone (its checks at every shape, then
-   its time and floors at the three decode shapes), without the sweep. ``--fold`` adds the source built with
-   ``KH_INT4_FOLD`` (kernels/int4_gemv.cu: the zero point and scale out of the per-weight work), checked at every
-   shape with the launcher's configuration and timed beside it where every check passed.
+   its time and floors at the three decode shapes), without the sweep.
 5. ``--call M,N,K``: three calls of the launcher's own choice (or of ``--config W,RT,S,D,ST``) at one shape and
    nothing else, for Nsight Compute to profile the third (bench/gpu_session.sh int4-cuda runs it under
    ``ncu --clock-control none``: where the warps stall, the occupancy and the DRAM throughput reached).
@@ -75,17 +73,13 @@ def fits(cfg, m) -> bool:
     return cfg.smem_bytes(m) + 16 <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
 
 
-def check(spec, m, n, k, dtype_name, cfg, module=None) -> str | None:
-    """``cfg`` through the launcher, or straight into ``module`` (a build of the source with other macros)."""
+def check(spec, m, n, k, dtype_name, cfg) -> str | None:
     a, w, s, z = make_inputs(m, n, k, DTYPES[dtype_name], seed=m * 7 + n + k)
     ref = torch.empty((m, n), dtype=a.dtype, device="cuda")
     q4.int4_matmul_ref(a=a, w=w, scales=s, zeros=z, c=ref)
 
     def run(c):
-        if module is None:
-            cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
-        else:
-            module.int4_gemv(c, a, w, s, z, *unused(a.device), *astuple(cfg))
+        cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg)
 
     c = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
     run(c)
@@ -112,7 +106,6 @@ def floor_module(level: int):
 
 
 FLOORS = True  # --quick turns the floors off
-FOLD = False  # --fold: the folded build (KH_INT4_FOLD) of the launcher's configuration checked and timed too
 
 
 def floors(rec, name, cfg, c, a, w, s, z):
@@ -139,9 +132,6 @@ def time_shape(m, n, k, bad: set) -> dict:
     rec["cuda_info"] = info
     if m <= cu.ROUTE_MAX_M and cfg.splits == 1:
         floors(rec, "floor", cfg, c, a, w, s, z)
-    if FOLD and str(cfg) not in bad:
-        module = variant_module("fold", "KH_INT4_FOLD 1")
-        rec["fold_us"], _ = median_us(lambda: module.int4_gemv(c, a, w, s, z, *unused(a.device), *astuple(cfg)))
     for cfg in CONFIGS:
         if str(cfg) in bad or not fits(cfg, m):
             continue
@@ -158,9 +148,6 @@ def time_shape(m, n, k, bad: set) -> dict:
     print(f"M={m} N={n} K={k}: bf16 {rec['bf16_us']:.2f} us, triton {rec['triton_us']:.2f} "
           f"({rec['bf16_us'] / rec['triton_us']:.2f}x), cuda {rec['cuda_us']:.2f} "
           f"({rec['bf16_us'] / rec['cuda_us']:.2f}x, {rec['cuda_config']})", flush=True)
-    if "fold_us" in rec:
-        print(f"  folded build: {rec['fold_us']:.2f} us = {rec['bf16_us'] / rec['fold_us']:.2f}x bf16, "
-              f"{rec['cuda_us'] / rec['fold_us']:.2f}x the launcher's", flush=True)
     if "floor_loads_us" in rec:
         print(f"  floors of the launcher's: loads alone {rec['floor_loads_us']:.2f} us, loads and dequantisation "
               f"{rec['floor_dequant_us']:.2f} us", flush=True)
@@ -183,14 +170,10 @@ def main() -> int:
                    "of the launcher's choice")
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
-    p.add_argument("--fold", action="store_true", help="also the source built with KH_INT4_FOLD (the zero point "
-                   "and scale taken out of the per-weight work): checked with the launcher's configurations at "
-                   "every checked shape, then timed beside the launcher wherever it passed")
     p.add_argument("--floors", action="store_true", help="the launcher's own configurations at M = 1 alone, "
                    "checked, timed and their floors timed: what bounds the decode shapes, in about a minute")
     args = p.parse_args()
-    global CONFIGS, MS, FLOORS, FOLD
-    FOLD = args.fold
+    global CONFIGS, MS, FLOORS
     if args.floors:
         CONFIGS = tuple(dict.fromkeys(cu.CudaGemvConfig.for_shape(1, n, k) for n, k in NKS))
         MS = (1,)
@@ -233,22 +216,7 @@ def main() -> int:
     skipped = sum("skipped" in c for c in out["checks"])
     print(f"checks: {len(out['checks']) - skipped} run, {sum(c['problem'] is not None for c in out['checks'])} "
           f"failed, {skipped} skipped (the ring above the shared memory per block)", flush=True)
-    if FOLD:  # the folded build, the launcher's configuration at each shape: right everywhere, or never timed
-        out["fold_checks"] = []
-        for (m, n, k), dtype_name in ((s, d) for s in CHECKS for d in DTYPES):
-            cfg = cu.CudaGemvConfig.for_shape(m, n, k)
-            try:
-                problem = check(spec, m, n, k, dtype_name, cfg, variant_module("fold", "KH_INT4_FOLD 1"))
-            except Exception as exc:  # noqa: BLE001 - recorded; the build is then not timed
-                problem = f"{type(exc).__name__}: {exc}"[:400]
-                traceback.print_exc()
-            out["fold_checks"].append({"M": m, "N": n, "K": k, "dtype": dtype_name, "config": str(cfg),
-                                       "problem": problem})
-            if problem is not None:
-                print(f"fold check M={m} N={n} K={k} {dtype_name} {cfg}: {problem}", flush=True)
-        failed = sum(c["problem"] is not None for c in out["fold_checks"])
-        print(f"folded build: {len(out['fold_checks'])} checks, {failed} failed", flush=True)
-        FOLD = failed == 0
+
 
     def save():  # after every step: a run cut short by its time limit keeps what it measured
         with open(os.path.join(args.out, "int4_cuda_probe.json"), "w") as f:
