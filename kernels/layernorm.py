@@ -52,7 +52,7 @@ from kernels.rmsnorm_bwd import (
     pdl_sum,
     row_chunk,
     store_dx,
-    sum_partials,
+    sum_partials_plan,
 )
 
 
@@ -410,6 +410,9 @@ def _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_b
 _layernorm_bwd_launch = FastLaunch(_layernorm_bwd_kernel)
 
 
+_BWD_PLANS = Plans()
+
+
 def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
                   grad_weight: torch.Tensor, grad_bias: torch.Tensor | None, eps: float, has_bias: bool,
                   config: NormBwdConfig | None = None, mean: torch.Tensor | None = None,
@@ -417,31 +420,49 @@ def layernorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tens
     """Triton LayerNorm backward into grad_x, grad_weight and (when ``has_bias``) grad_bias; any strides on every
     tensor, grad_out's zero strides included. ``grad_bias`` is not written (and may be None) unless ``has_bias``,
     as the forward's bias is not read. ``mean`` and ``rstd``, the forward's statistics (:func:`layernorm`), are
-    read where given, else recomputed from x. Deterministic."""
+    read where given, else recomputed from x. Deterministic. Planned per call signature (kernels.common.Plans),
+    unless ``config`` is given."""
+    sig = None if config is not None else (
+        signature(x, weight, grad_out, grad_x, grad_weight, grad_bias, mean, rstd), bool(has_bias))
+    _BWD_PLANS.run(sig, lambda: _bwd_plan(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias, config,
+                                          mean, rstd),
+                   x, weight, grad_out, grad_x, grad_weight, grad_bias, mean, rstd, eps)
+
+
+def _bwd_plan(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias, config, mean, rstd):
+    """Checks the operands and works out both launches for their signature: ``launch(x, weight, grad_out, grad_x,
+    grad_weight, grad_bias, mean, rstd, eps)``."""
     _check_bwd_shapes(x, weight, grad_out, grad_x, grad_weight, grad_bias, has_bias)
     stats = _check_stats(x, mean, rstd, "layernorm_bwd")
     has_bias = bool(has_bias)
-    grads = (grad_weight, grad_bias) if has_bias else (grad_weight,)
     n_rows, n_cols = x.shape
     if n_rows == 0:
-        for grad in grads:  # no rows: each is an empty sum
-            grad.zero_()
-        return
+        def zero(x, weight, grad_out, grad_x, grad_weight, grad_bias, mean, rstd, eps):
+            for grad in (grad_weight, grad_bias) if has_bias else (grad_weight,):
+                grad.zero_()  # no rows: each is an empty sum
+        return zero
     if n_cols == 0:
-        return
+        return no_launch
     cfg = config_for(x, grad_out, config, "layernorm_bwd", LAYERNORM_LIMITS if stats else LAYERNORM_RECOMPUTE_LIMITS)
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
-    partials = torch.empty((len(grads), programs, n_cols), dtype=acc_torch, device=x.device)
-    _layernorm_bwd_launch[(programs,)](
-        x, weight, grad_out, grad_x, partials, mean, rstd, n_rows, n_cols, cfg.rows_per_program, partials.stride(0),
-        x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
-        grad_x.stride(0), grad_x.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0, eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias, ACC=acc_tl,
-        STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), HAS_STATS=stats, TRIGGER=pdl_sum(x),
+    shape = (2 if has_bias else 1, programs, n_cols)
+    scalars = (n_rows, n_cols, cfg.rows_per_program, programs * n_cols,  # the partials' stride(0): new, contiguous
+               x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
+               grad_x.stride(0), grad_x.stride(1), mean.stride(0) if stats else 0, rstd.stride(0) if stats else 0)
+    fast = _layernorm_bwd_launch.pinned(
+        (programs,), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, HAS_BIAS=has_bias,
+        ACC=acc_tl, STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), HAS_STATS=stats, TRIGGER=pdl_sum(x),
         num_warps=cfg.num_warps,
     )  # fmt: skip
-    sum_partials(partials, grads)
+    grads = (grad_weight, grad_bias) if has_bias else (grad_weight,)
+    total = sum_partials_plan(torch.empty(shape, dtype=acc_torch, device=x.device), grads)
+
+    def launch(x, weight, grad_out, grad_x, grad_weight, grad_bias, mean, rstd, eps):
+        partials = torch.empty(shape, dtype=acc_torch, device=x.device)
+        fast(x, weight, grad_out, grad_x, partials, mean, rstd, *scalars, float(eps))
+        total(partials, (grad_weight, grad_bias) if has_bias else (grad_weight,))
+    return launch
 
 
 def layernorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,

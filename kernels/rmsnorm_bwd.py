@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common import cdiv, dependent_launch, interpreted, next_power_of_2, sm_count
+from kernels.common import Plans, cdiv, dependent_launch, interpreted, next_power_of_2, no_launch, signature, sm_count
 from kernels.fastlaunch import FastLaunch
 from kernels.rmsnorm import rmsnorm
 
@@ -298,9 +298,8 @@ def pdl_sum(t: torch.Tensor) -> bool:
 _sum_partials_launch = FastLaunch(_sum_partials_kernel)
 
 
-def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None = None) -> None:
-    """``outs[k][j] = sum_p partials[k, p, j]`` over the first ``n_parts`` rows (default all), in a fixed order;
-    ``partials`` is ``[len(outs), programs, hidden]``, one or two gradients, summed in one launch."""
+def _sum_args(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None):
+    """(grid, scalars, keyword arguments) of the partial sum's launch on these operands."""
     if not 1 <= len(outs) <= 2 or partials.dim() != 3 or partials.shape[0] != len(outs):
         raise ValueError(f"sum_partials: expected [1 or 2, parts, hidden] partials for as many outputs, got "
                          f"{tuple(partials.shape)} for {len(outs)}")
@@ -310,13 +309,29 @@ def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts
         block_n, block_p = next_power_of_2(max(n_cols, 1)), next_power_of_2(max(n_parts, 1))
     else:
         block_n, block_p = _SUM_BLOCK_N, _SUM_BLOCK_P
-    last = outs[-1]
     wait = pdl_sum(partials)
-    _sum_partials_launch[(cdiv(n_cols, block_n), len(outs))](
-        partials, outs[0], last, n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0),
-        last.stride(0), BLOCK_P=block_p, BLOCK_N=block_n, WAIT=wait, num_warps=_SUM_WARPS,
-        **({"launch_pdl": True} if wait else {}),
-    )  # fmt: skip
+    scalars = (n_parts, n_cols, partials.stride(0), partials.stride(1), outs[0].stride(0), outs[-1].stride(0))
+    kwargs = dict(BLOCK_P=block_p, BLOCK_N=block_n, WAIT=wait, num_warps=_SUM_WARPS,
+                  **({"launch_pdl": True} if wait else {}))
+    return (cdiv(n_cols, block_n), len(outs)), scalars, kwargs
+
+
+def sum_partials(partials: torch.Tensor, outs: tuple[torch.Tensor, ...], n_parts: int | None = None) -> None:
+    """``outs[k][j] = sum_p partials[k, p, j]`` over the first ``n_parts`` rows (default all), in a fixed order;
+    ``partials`` is ``[len(outs), programs, hidden]``, one or two gradients, summed in one launch."""
+    grid, scalars, kwargs = _sum_args(partials, outs, n_parts)
+    _sum_partials_launch[grid](partials, outs[0], outs[-1], *scalars, **kwargs)
+
+
+def sum_partials_plan(partials: torch.Tensor, outs: tuple[torch.Tensor, ...]):
+    """:func:`sum_partials` worked out once for these operands' signature, as ``run(partials, outs)`` (a backward's
+    plan, kernels.common.Plans: its partials are new each call, of the same shape)."""
+    grid, scalars, kwargs = _sum_args(partials, outs, None)
+    fast = _sum_partials_launch.pinned(grid, **kwargs)
+
+    def run(partials, outs):
+        fast(partials, outs[0], outs[-1], *scalars)
+    return run
 
 
 def _check_shapes(x, weight, grad_out, grad_x, grad_weight) -> None:
@@ -333,35 +348,61 @@ def _check_shapes(x, weight, grad_out, grad_x, grad_weight) -> None:
 _rmsnorm_bwd_launch = FastLaunch(_rmsnorm_bwd_kernel)
 
 
-def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdConfig | None = None):
-    """The first stage: writes grad_x and returns (the partial dweight rows, the config)."""
+def _partials_args(x, weight, grad_out, grad_x, config: NormBwdConfig | None):
+    """(grid, the partials' shape and type, scalars, keyword arguments) of the first stage's launch."""
     n_rows, n_cols = x.shape
     cfg = config_for(x, grad_out, config, "rmsnorm_bwd")
     acc_torch, acc_tl = accumulator(x)
     programs = cfg.programs(n_rows)
-    partials = torch.empty((1, programs, n_cols), dtype=acc_torch, device=x.device)
-    _rmsnorm_bwd_launch[(programs,)](
-        x, weight, grad_out, grad_x, partials, n_rows, n_cols, cfg.rows_per_program,
-        x.stride(0), x.stride(1), weight.stride(0), grad_out.stride(0), grad_out.stride(1),
-        grad_x.stride(0), grad_x.stride(1), eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, ACC=acc_tl, STAGES=cfg.num_stages,
-        EVEN_N=cfg.even(n_cols), TRIGGER=pdl_sum(x), num_warps=cfg.num_warps,
-    )  # fmt: skip
+    scalars = (n_rows, n_cols, cfg.rows_per_program, x.stride(0), x.stride(1), weight.stride(0),
+               grad_out.stride(0), grad_out.stride(1), grad_x.stride(0), grad_x.stride(1))
+    kwargs = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass, ACC=acc_tl,
+                  STAGES=cfg.num_stages, EVEN_N=cfg.even(n_cols), TRIGGER=pdl_sum(x), num_warps=cfg.num_warps)
+    return (programs,), ((1, programs, n_cols), acc_torch), scalars, kwargs, cfg
+
+
+def rmsnorm_bwd_partials(*, x, weight, grad_out, grad_x, eps, config: NormBwdConfig | None = None):
+    """The first stage: writes grad_x and returns (the partial dweight rows, the config)."""
+    grid, (shape, acc), scalars, kwargs, cfg = _partials_args(x, weight, grad_out, grad_x, config)
+    partials = torch.empty(shape, dtype=acc, device=x.device)
+    _rmsnorm_bwd_launch[grid](x, weight, grad_out, grad_x, partials, *scalars, eps, **kwargs)
     return partials, cfg
+
+
+_BWD_PLANS = Plans()
 
 
 def rmsnorm_bwd(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,
                 grad_weight: torch.Tensor, eps: float, config: NormBwdConfig | None = None) -> None:
     """Triton RMSNorm backward into grad_x (x's shape) and grad_weight (weight's); any strides on every tensor,
-    grad_out's zero strides (an expanded gradient) included. Deterministic."""
+    grad_out's zero strides (an expanded gradient) included. Deterministic. Planned per call signature
+    (kernels.common.Plans), unless ``config`` is given."""
+    sig = None if config is not None else signature(x, weight, grad_out, grad_x, grad_weight)
+    _BWD_PLANS.run(sig, lambda: _bwd_plan(x, weight, grad_out, grad_x, grad_weight, config),
+                   x, weight, grad_out, grad_x, grad_weight, eps)
+
+
+def _zero_grad_weight(x, weight, grad_out, grad_x, grad_weight, eps) -> None:
+    grad_weight.zero_()  # no rows: dweight is an empty sum
+
+
+def _bwd_plan(x, weight, grad_out, grad_x, grad_weight, config):
+    """Checks the operands and works out both launches for their signature: ``launch(x, weight, grad_out, grad_x,
+    grad_weight, eps)``."""
     _check_shapes(x, weight, grad_out, grad_x, grad_weight)
     if x.shape[0] == 0:
-        grad_weight.zero_()  # no rows: dweight is an empty sum
-        return
+        return _zero_grad_weight
     if x.shape[1] == 0:
-        return
-    partials, _ = rmsnorm_bwd_partials(x=x, weight=weight, grad_out=grad_out, grad_x=grad_x, eps=eps, config=config)
-    sum_partials(partials, (grad_weight,))
+        return no_launch
+    grid, (shape, acc), scalars, kwargs, _ = _partials_args(x, weight, grad_out, grad_x, config)
+    fast = _rmsnorm_bwd_launch.pinned(grid, **kwargs)
+    total = sum_partials_plan(torch.empty(shape, dtype=acc, device=x.device), (grad_weight,))
+
+    def launch(x, weight, grad_out, grad_x, grad_weight, eps):
+        partials = torch.empty(shape, dtype=acc, device=x.device)
+        fast(x, weight, grad_out, grad_x, partials, *scalars, float(eps))
+        total(partials, (grad_weight,))
+    return launch
 
 
 def rmsnorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Tensor, grad_x: torch.Tensor,

@@ -144,6 +144,49 @@ def test_layernorm_plans_a_signature_once_and_each_call_passes_its_own_eps(monke
     assert torch.equal(out, outs[2][0])
 
 
+def _norm_bwd(module, x, w, dy, eps, **stats):
+    """grad_x and the weight's (and LayerNorm's bias's) gradients of one backward call, into new tensors."""
+    gx, gw, gb = torch.empty_like(x), torch.full_like(w, float("nan")), torch.full_like(w, float("nan"))
+    if module.__name__.endswith("layernorm"):
+        module.layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=eps,
+                             has_bias=True, **stats)
+        return gx, gw, gb
+    module.rmsnorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, eps=eps)
+    return gx, gw
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm_bwd"])
+def test_the_norm_backwards_plan_a_signature_once_and_each_call_passes_its_own_tensors_and_eps(monkeypatch, name):
+    import importlib
+
+    module = importlib.import_module(f"kernels.{name}")
+    fresh = Plans()
+    monkeypatch.setattr(module, "_BWD_PLANS", fresh)
+    g = seeded(3)
+    draws = [(torch.randn(5, 80, generator=g).bfloat16(), torch.randn(80, generator=g).bfloat16(),
+              torch.randn(5, 80, generator=g).bfloat16()) for _ in range(2)]
+    calls = [(draws[0], 1e-5), (draws[1], 1e-5), (draws[0], 0.5)]  # new tensors, then a new eps, one signature
+    outs = [_norm_bwd(module, *operands, eps) for operands, eps in calls]
+    assert len(fresh) == 1
+    for (operands, eps), got in zip(calls, outs, strict=True):
+        fresh._plans.clear()  # each call's tensors and eps, not the first call's: the same as planned afresh
+        for a, b in zip(got, _norm_bwd(module, *operands, eps), strict=True):
+            assert torch.equal(a, b)
+    assert not torch.equal(outs[0][0], outs[1][0]) and not torch.equal(outs[0][0], outs[2][0])
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm_bwd"])
+def test_a_planned_backward_of_no_rows_zeroes_each_calls_gradients(monkeypatch, name):
+    import importlib
+
+    module = importlib.import_module(f"kernels.{name}")
+    monkeypatch.setattr(module, "_BWD_PLANS", Plans())
+    x, w = torch.empty(0, 16).bfloat16(), torch.randn(16).bfloat16()
+    for _ in range(2):  # the second call through the plan the first kept
+        grads = _norm_bwd(module, x, w, torch.empty_like(x), 1e-5)
+        assert all(torch.equal(t, torch.zeros_like(t)) for t in grads[1:])
+
+
 def _fp8_operands(m, n, k, seed, per_row=True):
     g = seeded(seed)
     a = torch.randn(m, k, generator=g).to(torch.float8_e4m3fn)
