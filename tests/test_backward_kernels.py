@@ -26,7 +26,11 @@ from kernels.layernorm import layernorm_autograd, layernorm_bwd, layernorm_bwd_r
 from kernels.rmsnorm_bwd import NormBwdConfig, rmsnorm_autograd, rmsnorm_bwd, rmsnorm_bwd_ref
 from kernels.silu_and_mul import SiluAndMulConfig, silu_and_mul_autograd, silu_and_mul_bwd, silu_and_mul_bwd_ref
 from kernels.softmax import SoftmaxBwdConfig, softmax_autograd, softmax_bwd, softmax_bwd_ref
+from tests.e2e import seeded
 from tests.planted import backward_kernels as planted
+
+# on a GPU the compiled kernels, on a CPU the interpreter (tests/conftest.py's on_device)
+pytestmark = pytest.mark.usefixtures("on_device")
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # the long-row path at a size the interpreter runs quickly: 200 columns in blocks of 64 (the last ragged), two
@@ -193,7 +197,7 @@ CASES = {
 
 def _setup(kernel: Kernel, case: Case, dtype: torch.dtype, seed: int = 0):
     """The backward's keyword arguments (outputs NaN) and the primals and grad_out the references start from."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded(seed)
     primals = kernel.primals(case, dtype, gen)
     with torch.no_grad():
         y = kernel.forward(case, {k: v.to(_upcast(dtype)) for k, v in primals.items()}).to(dtype)
@@ -287,7 +291,7 @@ def test_gradcheck_fp64(kernel, case):
     """torch.autograd.gradcheck of the Triton backward, computing in fp64 (the interpreter runs fp64), against
     finite differences of the reference forward."""
     kern = KERNELS[kernel]
-    primals = kern.primals(case, torch.float64, torch.Generator().manual_seed(1))
+    primals = kern.primals(case, torch.float64, seeded(1))
     names = list(kern.grads(case))
 
     class Checked(torch.autograd.Function):
@@ -314,7 +318,7 @@ def test_gradcheck_fp64(kernel, case):
 def test_autograd_functions_match_torch():
     """The functional wrappers on 3-D inputs, backpropagating a loss (sum: an expanded grad_out) and a weighted
     sum, against torch's own modules."""
-    gen = torch.Generator().manual_seed(2)
+    gen = seeded(2)
     x = torch.randn(2, 5, 64, generator=gen, dtype=torch.float64).float()
     w, b = torch.randn(64, generator=gen).float(), torch.randn(64, generator=gen).float()
     c = torch.randn(2, 5, 64, generator=gen).float()
