@@ -17,6 +17,8 @@ median of REPEATS timings:
 - LayerNorm's forward and backward inside autograd with its Function's forward and backward and both launchers
   timed from within, so what autograd adds around them is the rest; then again with a pause after each call (does
   autograd's device thread, still holding Python objects after a call returns, slow the next forward?);
+- LayerNorm's forward and backward over torch's, each pair timed back to back: the median of the pairs' ratios
+  (the host's speed drifts between calls; within a pair, less);
 - torch.profiler over a few full calls: the operators with the most self CPU time, on every thread.
 
 Usage: python3 bench/gpu_autograd_host.py --out DIR   (writes DIR/autograd_host.json and DIR/profile.txt)
@@ -55,6 +57,29 @@ def host_us(fn, calls: int = 50) -> float:
         times.append((time.perf_counter_ns() - t) / 1e3 / calls)
     torch.cuda.synchronize()
     return statistics.median(times)
+
+
+def interleaved_ratio(ours, theirs, calls: int = 50) -> tuple[float, list[float]]:
+    """The median over REPEATS of ours' host time over theirs', each pair timed back to back (ours, then theirs,
+    behind one spin): the host's speed drifts between runs (LayerNorm's forward and backward read 259 to 690 us
+    per call in five device calls on H100 hosts, 2026-12-07), less within a pair. Returns the median ratio and
+    every pair's."""
+    for fn in (ours, theirs):
+        for _ in range(5):
+            fn()
+    ratios = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(8e8))  # both timings behind it
+        times = []
+        for fn in (ours, theirs):
+            t = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            times.append(time.perf_counter_ns() - t)
+        ratios.append(times[0] / times[1])
+    torch.cuda.synchronize()
+    return statistics.median(ratios), ratios
 
 
 def timed(owner, name: str, spent: dict):
@@ -167,6 +192,10 @@ def main() -> int:
             lambda graph=graph, wrt=wrt: torch.autograd.grad(graph, wrt, g, retain_graph=True))
         rows[f"{name}: forward and backward"] = host_us(
             lambda fwd=fwd, wrt=wrt: torch.autograd.grad(fwd(), wrt, g))
+    ratio, pairs = interleaved_ratio(lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g),
+                                     lambda: torch.autograd.grad(fns["torch layer_norm"](), (xl, wl, bl), g))
+    ratios = {"layernorm over torch layer_norm, forward and backward, interleaved pairs": ratio}
+    print("pairs' ratios: " + ", ".join(f"{r:.2f}" for r in pairs), flush=True)
     mean = torch.empty(args.tokens, device=dev, dtype=torch.float32)
     rstd = torch.empty_like(mean)
     y, gx, gw, gb = torch.empty_like(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
@@ -206,6 +235,8 @@ def main() -> int:
             lambda leaf=leaf, seed=seed: torch.autograd.grad(PassThrough.apply(leaf), (leaf,), seed))
     for k, v in rows.items():
         print(f"{v:9.1f} us  {k}", flush=True)
+    for k, v in ratios.items():
+        print(f"{v:9.2f} x   {k}", flush=True)
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -218,7 +249,7 @@ def main() -> int:
     print(table, flush=True)
     (out / "autograd_host.json").write_text(json.dumps(
         {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tokens": args.tokens,
-         "hidden": args.hidden, "host_us_per_call": rows}, indent=1))
+         "hidden": args.hidden, "host_us_per_call": rows, "ratios": ratios, "ratio_pairs": pairs}, indent=1))
     return 0
 
 

@@ -294,7 +294,7 @@ case "$what" in
     # bench/gpu_autograd_host.py alone: where LayerNorm's forward-and-backward host time goes inside autograd
     R="$OUT/autograd"; mkdir -p "$R"
     timeout 150 python3 bench/gpu_autograd_host.py --out "$R" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; grep " us " "$R/autograd.log" | cut -c1-250
+    echo "autograd host: exit $?"; grep -E " (us|x) " "$R/autograd.log" | cut -c1-250
     ;;
   followup)
     # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
@@ -319,7 +319,7 @@ case "$what" in
     echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$R/ncu-int4-1,4096,4096.txt" | head -12
     timeout 50 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; grep " us " "$R/autograd.log" | cut -c1-250
+    echo "autograd host: exit $?"; grep -E " (us|x) " "$R/autograd.log" | cut -c1-250
     start=$SECONDS
     timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$R/splitk" > "$R/splitk.log" 2>&1
     echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/splitk.log" | cut -c1-250 | tail -20
