@@ -418,9 +418,14 @@ def rmsnorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Te
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x as rows ``[-1, hidden]`` (a view where its strides allow) and an empty contiguous tensor of their shape."""
-    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # reshape(-1, 0) cannot infer the row count
-    return rows, torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    """x as rows ``[-1, hidden]`` (a view where its strides allow) and an empty contiguous tensor of their shape.
+    Each step is host time an eager caller waits on: x itself when it is rows already, and empty_like, which
+    parses no dtype or device (a third of torch.empty's time on a CPU)."""
+    if x.dim() == 2:
+        rows = x
+    else:  # reshape(-1, 0) cannot infer the row count
+        rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+    return rows, torch.empty_like(rows, memory_format=torch.contiguous_format)
 
 
 # The autograd.Functions of RMSNorm and LayerNorm (kernels/layernorm.py) share their skeleton: both launchers
@@ -443,7 +448,7 @@ def norm_forward(ctx, forward, x: torch.Tensor, weight: torch.Tensor, eps: float
     ctx.save_for_backward(x2, weight, *kept.values())
     ctx.stats = tuple(kept)
     ctx.eps = eps
-    return out.view(x.shape)
+    return out if x.dim() == 2 else out.view(x.shape)
 
 
 def norm_backward(ctx, backward, grad_out: torch.Tensor, params=("weight",), absent=(), **kwargs) -> tuple:
@@ -453,10 +458,13 @@ def norm_backward(ctx, backward, grad_out: torch.Tensor, params=("weight",), abs
     x2, weight, *stats = ctx.saved_tensors
     _, grad_x = as_rows(x2)
     grads = {p: None if p in absent else torch.empty_like(weight) for p in params}
-    backward(x=x2, weight=weight, grad_out=grad_out.reshape(x2.shape), grad_x=grad_x, eps=ctx.eps,
-             **{f"grad_{p}": g for p, g in grads.items()}, **dict(zip(ctx.stats, stats, strict=True)), **kwargs)
+    rows = grad_out.dim() == 2  # as x was: its rows, and grad_x, need no view
+    backward(x=x2, weight=weight, grad_out=grad_out if rows else grad_out.reshape(x2.shape), grad_x=grad_x,
+             eps=ctx.eps, **{f"grad_{p}": g for p, g in grads.items()}, **dict(zip(ctx.stats, stats, strict=True)),
+             **kwargs)
     need = ctx.needs_input_grad[1:1 + len(grads)]
-    return grad_x.view(grad_out.shape), *(g if n else None for g, n in zip(grads.values(), need, strict=True))
+    grad_x = grad_x if rows else grad_x.view(grad_out.shape)
+    return grad_x, *(g if n else None for g, n in zip(grads.values(), need, strict=True))
 
 
 class RMSNormFunction(torch.autograd.Function):
