@@ -41,6 +41,8 @@
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
+#   verify    the norm backwards' plans and trimmed Functions on the GPU: tests/test_backward_kernels.py and
+#             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py (into verify.tgz)
 #   autograd  bench/gpu_autograd_host.py alone (LayerNorm's host time split inside and outside autograd)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -289,6 +291,20 @@ case "$what" in
     timeout 80 python3 -m pytest tests/test_plans.py tests/test_flash_attention_tma.py -q -rfEs -p no:cacheprovider \
       > "$R/pytest-plans.log" 2>&1; echo "plans' tests: exit $?"; tail -5 "$R/pytest-plans.log" | cut -c1-250
     tar -czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$R"
+    ;;
+  verify)
+    # the norm backwards' plans and trimmed Functions (ffe986b, 8fa43e3) on the GPU: their tests with tensors on the
+    # GPU (tests/test_backward_kernels.py ran there only before it took on_device), the norms' generated tests,
+    # then the autograd host split with LayerNorm's ratio to torch's from back-to-back pairs; into verify.tgz
+    R="$OUT/verify"; mkdir -p "$R"
+    timeout 170 python3 -m pytest tests/test_backward_kernels.py tests/test_plans.py -q -rfE -p no:cacheprovider \
+      > "$R/pytest-backward-plans.log" 2>&1
+    echo "backward and plans tests: exit $?"; tail -3 "$R/pytest-backward-plans.log"
+    timeout 150 python3 -m pytest specs --kernel layernorm,rmsnorm -q -rfE -p no:cacheprovider \
+      > "$R/pytest-specs-norms.log" 2>&1; echo "norms' generated tests: exit $?"; tail -3 "$R/pytest-specs-norms.log"
+    timeout 150 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; grep -E " (us|x) |pairs" "$R/autograd.log" | cut -c1-250
+    tar -czf "$OUT/verify.tgz" -C "$OUT" verify && rm -rf "$R"
     ;;
   autograd)
     # bench/gpu_autograd_host.py alone: where LayerNorm's forward-and-backward host time goes inside autograd
