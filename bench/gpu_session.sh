@@ -38,7 +38,7 @@
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
 #             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
 #             then the planned launchers' tests on the GPU; all tarred into pending.tgz
-#   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: fast_s6,fast_s6_c2) and the int4 M = 1
+#   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: overlap_s6) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
 #   verify    the norm backwards' plans and trimmed Functions on the GPU: tests/test_backward_kernels.py and
@@ -316,12 +316,13 @@ case "$what" in
     # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
     # then matmul's split-K probe; tarred into followup.tgz
     R="$OUT/followup"; mkdir -p "$R"
-    # each variant of NCU_FP8 (comma-separated) on its own: the single-CTA ceiling beside a multicast cluster's
-    IFS=, read -ra fp8_variants <<< "${NCU_FP8:-fast_s6,fast_s6_c2}"
+    # each variant of NCU_FP8 (comma-separated) on its own, with the stall sampling per instruction (SourceCounters):
+    # the promoting mode a backend would ship (fast_s6 and fast_s6_c2 ran on 2026-12-07: reports/h100/README.md)
+    IFS=, read -ra fp8_variants <<< "${NCU_FP8:-overlap_s6}"
     for v in "${fp8_variants[@]}"; do
-      timeout 60 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
-        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-        --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python3 \
+      timeout 90 ncu --clock-control none --kernel-name regex:fp8_gemm_kernel --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters python3 \
         reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call 8192,8192,8192 --variants "$v" \
         > "$R/ncu-fp8-$v.txt" 2>&1
       echo "ncu fp8 $v: exit $?"
@@ -330,7 +331,7 @@ case "$what" in
     done
     timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
       --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters python3 \
       reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$R/ncu-int4-1,4096,4096.txt" 2>&1
     echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$R/ncu-int4-1,4096,4096.txt" | head -12
