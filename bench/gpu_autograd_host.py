@@ -44,6 +44,14 @@ sys.path.insert(0, str(ROOT))
 REPEATS = 5  # one figure is the median of this many timings: single timings of one call varied up to 1.5x
 
 
+def calls_ns(fn, calls: int) -> int:
+    """Host nanoseconds of ``calls`` back-to-back calls of fn."""
+    t = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter_ns() - t
+
+
 def host_us(fn, calls: int = 50) -> float:
     for _ in range(5):
         fn()
@@ -51,10 +59,7 @@ def host_us(fn, calls: int = 50) -> float:
     for _ in range(REPEATS):
         torch.cuda.synchronize()
         torch.cuda._sleep(int(4e8))  # 0.2 s or more of spin, ten times what 50 calls take: all queue behind it
-        t = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter_ns() - t) / 1e3 / calls)
+        times.append(calls_ns(fn, calls) / 1e3 / calls)
     torch.cuda.synchronize()
     return statistics.median(times)
 
@@ -71,13 +76,7 @@ def interleaved_ratio(ours, theirs, calls: int = 50) -> tuple[float, list[float]
     for _ in range(REPEATS):
         torch.cuda.synchronize()
         torch.cuda._sleep(int(8e8))  # both timings behind it
-        times = []
-        for fn in (ours, theirs):
-            t = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            times.append(time.perf_counter_ns() - t)
-        ratios.append(times[0] / times[1])
+        ratios.append(calls_ns(ours, calls) / calls_ns(theirs, calls))
     torch.cuda.synchronize()
     return statistics.median(ratios), ratios
 

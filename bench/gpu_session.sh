@@ -36,8 +36,9 @@
 #             (warp-specialised or not) against the pointer route's sm_90 tile and SDPA's own choice; then the
 #             flash_attention benchmark (tarred) and its generated tests at the full tier
 #   pending   one call of under ten minutes, in order of worth: the FP8 wgmma kernel's probe (its promoted modes
-#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors at M = 1, LayerNorm's autograd host split (the backward's launcher from a second thread too),
-#             then the planned launchers' tests on the GPU; all tarred into pending.tgz
+#             timed, clusters of 2 and 4 CTAs: 10 variants, no Triton), the int4 CUDA kernel's floors at M = 1,
+#             LayerNorm's autograd host split (the backward's launcher from a second thread too), then the
+#             planned launchers' tests on the GPU; all tarred into pending.tgz
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: overlap_s6) and the int4 M = 1
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz

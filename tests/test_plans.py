@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kernels import int4_matmul as q4
+from kernels import layernorm, rmsnorm_bwd
 from kernels.common import Plans, signature
 from tests.e2e import seeded
 
@@ -144,22 +145,22 @@ def test_layernorm_plans_a_signature_once_and_each_call_passes_its_own_eps(monke
     assert torch.equal(out, outs[2][0])
 
 
-def _norm_bwd(module, x, w, dy, eps, **stats):
+def _norm_bwd(module, x, w, dy, eps):
     """grad_x and the weight's (and LayerNorm's bias's) gradients of one backward call, into new tensors."""
     gx, gw, gb = torch.empty_like(x), torch.full_like(w, float("nan")), torch.full_like(w, float("nan"))
-    if module.__name__.endswith("layernorm"):
-        module.layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=eps,
-                             has_bias=True, **stats)
+    if module is layernorm:
+        layernorm.layernorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=eps,
+                                has_bias=True)
         return gx, gw, gb
-    module.rmsnorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, eps=eps)
+    rmsnorm_bwd.rmsnorm_bwd(x=x, weight=w, grad_out=dy, grad_x=gx, grad_weight=gw, eps=eps)
     return gx, gw
 
 
-@pytest.mark.parametrize("name", ["layernorm", "rmsnorm_bwd"])
-def test_the_norm_backwards_plan_a_signature_once_and_each_call_passes_its_own_tensors_and_eps(monkeypatch, name):
-    import importlib
+NORM_BACKWARDS = pytest.mark.parametrize("module", [layernorm, rmsnorm_bwd], ids=["layernorm", "rmsnorm"])
 
-    module = importlib.import_module(f"kernels.{name}")
+
+@NORM_BACKWARDS
+def test_the_norm_backwards_plan_a_signature_once_and_each_call_passes_its_own_tensors_and_eps(monkeypatch, module):
     fresh = Plans()
     monkeypatch.setattr(module, "_BWD_PLANS", fresh)
     g = seeded(3)
@@ -175,11 +176,8 @@ def test_the_norm_backwards_plan_a_signature_once_and_each_call_passes_its_own_t
     assert not torch.equal(outs[0][0], outs[1][0]) and not torch.equal(outs[0][0], outs[2][0])
 
 
-@pytest.mark.parametrize("name", ["layernorm", "rmsnorm_bwd"])
-def test_a_planned_backward_of_no_rows_zeroes_each_calls_gradients(monkeypatch, name):
-    import importlib
-
-    module = importlib.import_module(f"kernels.{name}")
+@NORM_BACKWARDS
+def test_a_planned_backward_of_no_rows_zeroes_each_calls_gradients(monkeypatch, module):
     monkeypatch.setattr(module, "_BWD_PLANS", Plans())
     x, w = torch.empty(0, 16).bfloat16(), torch.randn(16).bfloat16()
     for _ in range(2):  # the second call through the plan the first kept
