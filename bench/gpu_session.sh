@@ -43,7 +43,8 @@
 #             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
 #             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
 #   verify    the norm backwards' plans and trimmed Functions on the GPU: tests/test_backward_kernels.py and
-#             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py (into verify.tgz)
+#             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py; then matmul_fp8's
+#             generated tests at the full tier, its cuda backend among them (into verify.tgz)
 #   autograd  bench/gpu_autograd_host.py alone (LayerNorm's host time split inside and outside autograd)
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
@@ -305,6 +306,9 @@ case "$what" in
       > "$R/pytest-specs-norms.log" 2>&1; echo "norms' generated tests: exit $?"; tail -3 "$R/pytest-specs-norms.log"
     timeout 150 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
     echo "autograd host: exit $?"; grep -E " (us|x) |pairs" "$R/autograd.log" | cut -c1-250
+    # matmul_fp8's cuda backend (the wgmma kernel) through its generated tests, every tier, beside the triton one
+    timeout 200 python3 -m pytest specs --kernel matmul_fp8 --tier full -q -rfEs -p no:cacheprovider \
+      > "$R/pytest-specs-fp8.log" 2>&1; echo "matmul_fp8's generated tests: exit $?"; tail -4 "$R/pytest-specs-fp8.log"
     tar -czf "$OUT/verify.tgz" -C "$OUT" verify && rm -rf "$R"
     ;;
   autograd)

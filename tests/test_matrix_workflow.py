@@ -12,7 +12,7 @@ import harness.aot.triton as aot_triton
 from harness.aot import workflow as wf
 from harness.aot.launches import LaunchRecord
 from harness.aot.nvcc import CudaBuildResult, KernelResources, Resources
-from harness.aot.summary import MatrixEntry, not_applicable
+from harness.aot.summary import MatrixEntry, cuda_entries, not_applicable
 from harness.aot.triton import CompileResult, TableRow
 from harness.spec.archs import DEFAULT_ARCHS
 from harness.steps import BadInput
@@ -117,6 +117,36 @@ def test_build_cuda_backends_prints_and_summarises_each_build(monkeypatch, capsy
     assert [(e.arch, e.status, e.summary) for e in built.entries[1:]] == [
         ("sm_80", "ok", "<=40 regs, smem <=1024 B, no spills")]
     assert (idle2, triton2) == (idle, triton)
+
+
+def test_a_cuda_backend_for_sm_90a_builds_as_sm_90a_for_sm_90_alone(monkeypatch):
+    # wgmma and setmaxnreg exist on sm_90a alone: sm_80 and sm_100 are not the backend's, sm_90 builds as sm_90a
+    run = _run(archs=("sm_80", "sm_90", "sm_100"), specs=(_spec(_backend("cuda", source="m:SRC", requires=(),
+                                                                         arch=("sm_90a",))),))
+    (job,) = wf.plan_backends(run).backends
+    assert job.archs == ("sm_90",)
+    assert [(e.arch, e.status) for e in job.entries] == [("sm_80", "not applicable"), ("sm_100", "not applicable")]
+    assert "(sm_90a) does not claim sm_100" in job.entries[1].reason
+    asked = []
+    monkeypatch.setattr(wf, "resolve_import", lambda path: "__global__ void k() {}")
+    monkeypatch.setattr(wf, "torch_extension_flags", lambda: ())
+    monkeypatch.setattr(wf, "build_cuda", lambda src, archs, extra_flags: asked.append(archs) or CudaBuildResult(
+        "ok", tuple(archs), sass_archs=("sm_90",), ptx_archs=("sm_90",)))
+    (built,) = wf.build_cuda_backends(replace(run, backends=(job,))).backends
+    assert asked == [["sm_90a"]] and built.entries[-1].arch == "sm_90"
+
+
+def test_a_cuda_kernel_that_spills_or_overflows_fails_its_target(monkeypatch):
+    spills = KernelResources("k_spills", "sm_90", Resources(255, 64, 128, 0, 0, 0))
+    big = KernelResources("k_big", "sm_90", Resources(96, 0, 0, 0, 0, 300 * 1024))
+    fine = KernelResources("k_fine", "sm_80", Resources(96, 0, 0, 0, 0, 0))
+    result = CudaBuildResult("ok", ("sm_80", "sm_90"), sass_archs=("sm_80", "sm_90"), ptx_archs=("sm_90",),
+                             kernels=(spills, big, fine))
+    ok, failed = cuda_entries("k", "cuda", ("sm_80", "sm_90"), result, {})
+    assert (ok.arch, ok.status, ok.problems) == ("sm_80", "ok", ())
+    assert failed.status == "failed" and failed.problems == (
+        "k sm_90: k_spills: spills 64 B stored / 128 B loaded", f"k sm_90: k_big: shared memory {300 * 1024} B > "
+        "sm_90 limit 232448 B")
 
 
 def test_record_launches_keeps_each_config_once_and_reports_launcher_failures(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 from harness.bench.plan import arch_matrix_rows
 from harness.cli.main import main
 from harness.results.model import ArchRow
-from harness.spec.archs import parse_rule
+from harness.spec.archs import build_target, parse_rule
 from harness.target import resolve as resolve_mod
 from harness.target.device import fake_device
 from harness.target.resolve import resolve
@@ -46,6 +46,17 @@ def selected(statuses):
 ])
 def test_arch_rules(rule, arch, expected):
     assert parse_rule(rule).matches(arch) is expected
+
+
+@pytest.mark.parametrize("rules, target, built", [
+    (("sm_90a",), "sm_90", "sm_90a"),       # arch-specific instructions: built as sm_90a
+    (("cpu", "sm_90a", ">=sm_100"), "sm_100", "sm_100"),
+    ((">=sm_90",), "sm_90", "sm_90"),       # a comparison names no suffix to build with
+    (("sm_100f",), "sm_100", "sm_100f"),
+    (("sm_90a",), "gfx942", "gfx942"),
+])
+def test_a_target_builds_under_the_suffix_its_rule_names(rules, target, built):
+    assert build_target(rules, target) == built
 
 
 def test_sm90_runs_cuda(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.aot.nvcc import resource_problems
 from harness.aot.triton import TableRow
 from harness.spec.waivers import matrix_waiver
 
@@ -97,6 +98,9 @@ def cuda_entries(kernel: str, backend: str, archs, result, waivers: dict[str, st
         res = [k.resources for k in result.kernels if k.arch == arch]
         problems = tuple(filter(None, [result.error if result.status == "error" else ""]))
         problems += tuple(p for p in result.problems if arch in p or "sm_" not in p)
+        # as a Triton launch is held to them: no spills, the target's registers and shared memory
+        problems += tuple(f"{k.kernel[:60]}: {p}" for k in result.kernels if k.arch == arch
+                          for p in resource_problems(k.resources, arch, allow_spills=False))
         problems = tuple(f"{kernel} {arch}: {p}" for p in problems)
         regs, shared = _most(r.registers for r in res), _most(r.shared_bytes for r in res)
         spills = sum(r.spill_store_bytes + r.spill_load_bytes for r in res)

@@ -35,7 +35,7 @@ from harness.aot.summary import (
 )
 from harness.aot.triton import TableRow, render_table, table_rows
 from harness.spec import select
-from harness.spec.archs import DEFAULT_ARCHS, ArchError, is_amd, parse_targets
+from harness.spec.archs import DEFAULT_ARCHS, ArchError, build_target, is_amd, parse_targets
 from harness.spec.imports import resolve_import, use_interpreter_if_no_gpu
 from harness.spec.model import TIERS, Backend, Case, Spec
 from harness.spec.waivers import backward_matrix_waiver, matrix_waiver
@@ -115,13 +115,14 @@ def plan_backends(run: MatrixRun) -> MatrixRun:
             # a CUDA C++ backend on AMD is not applicable, which says more than its waiver would
             entries = [MatrixEntry(spec.name, backend.name, a, "waived", 0, "not compiled", (), r)
                        for a, r in waived.items() if not (backend.source and is_amd(a))]
+            compiled = backend.source or "triton" in backend.requires or backend.name == "triton"
+            below = unclaimed_nvidia(backend.arch, run.archs) if compiled else ()
+            entries += [not_applicable(spec.name, backend.name, a, f"the backend's arch list "
+                                       f"({', '.join(backend.arch)}) does not claim {a}") for a in below]
             if backend.source:
                 entries += [not_applicable(spec.name, backend.name, a) for a in amd]
-                kind, archs = CUDA, tuple(a for a in nvidia if a not in waived)
-            elif "triton" in backend.requires or backend.name == "triton":
-                below = unclaimed_nvidia(backend.arch, run.archs)
-                entries += [not_applicable(spec.name, backend.name, a, f"the backend's arch list "
-                                           f"({', '.join(backend.arch)}) does not claim {a}") for a in below]
+                kind, archs = CUDA, tuple(a for a in nvidia if a not in waived and a not in below)
+            elif compiled:
                 kind, archs = TRITON, tuple(a for a in run.archs if a not in waived and a not in below)
             else:
                 kind, archs = "", ()
@@ -156,7 +157,9 @@ def _each(run: MatrixRun, kind: str, fn: Callable[[BackendJob], BackendJob]) -> 
 def build_cuda_backends(run: MatrixRun) -> MatrixRun:
     def build(job: BackendJob) -> BackendJob:
         name = f"{job.spec.name} {job.backend.name}"
-        result = build_cuda(resolve_import(job.backend.source), job.archs, extra_flags=torch_extension_flags())
+        # sm_90a where the backend's rules name it: the entries stay under the matrix's target (sm_90)
+        targets = [build_target(job.backend.arch, a) for a in job.archs]
+        result = build_cuda(resolve_import(job.backend.source), targets, extra_flags=torch_extension_flags())
         print(f"{name}: nvcc {result.status}; SASS {', '.join(result.sass_archs) or '-'}; "
               f"PTX {', '.join(result.ptx_archs) or '-'}")
         for k in result.kernels:

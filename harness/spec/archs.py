@@ -124,6 +124,20 @@ def parse_rule(text: str) -> ArchRule:
                     f"sm_80..sm_90, gfx942, cuda or rocm)")
 
 
+def build_target(rules, target: str) -> str:
+    """The name a matrix target is built under for a backend: ``sm_90a`` where a rule names ``sm_90a`` (code
+    that uses sm_90's arch-specific instructions, wgmma or setmaxnreg, builds for nothing else), else the
+    target itself."""
+    base = parse_arch(target)
+    for text in rules:
+        m = _RULE.match(str(text).strip())
+        if m and m.group(1) is None and m.group(2) != "cpu":
+            named = parse_arch(m.group(2))
+            if named.suffix and named.number == base.number and base.vendor == "nvidia":
+                return named.name
+    return target
+
+
 def parse_targets(items) -> tuple[str, ...]:
     """`--arch gfx942,sm_90` (repeatable) -> the matrix's targets, in the order given, each checked."""
     out = []
