@@ -40,8 +40,9 @@
 #             LayerNorm's autograd host split (the backward's launcher from a second thread too), then the
 #             planned launchers' tests on the GPU; all tarred into pending.tgz
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: overlap_s6) and the int4 M = 1
-#             kernel under Nsight Compute, LayerNorm's autograd split again (the engine's cost for a Function
-#             that launches nothing, on the GPU and on the CPU), then matmul's split-K probe; into followup.tgz
+#             kernel under Nsight Compute with the stall sampling per instruction; into followup.tgz
+#   fp8-bench the planted backward kernels on the GPU, then matmul_fp8's bench (the cuda backend beside the
+#             triton backend and _scaled_mm); into fp8-bench.tgz
 #   verify    the norm backwards' plans and trimmed Functions on the GPU: tests/test_backward_kernels.py and
 #             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py; then matmul_fp8's
 #             generated tests at the full tier, its cuda backend among them (into verify.tgz)
@@ -318,8 +319,8 @@ case "$what" in
     echo "autograd host: exit $?"; grep -E " (us|x) " "$R/autograd.log" | cut -c1-250
     ;;
   followup)
-    # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched),
-    # then matmul's split-K probe; tarred into followup.tgz
+    # after pending: the FP8 kernel's ceiling and the int4 M = 1 kernel under Nsight Compute (clocks untouched);
+    # tarred into followup.tgz
     R="$OUT/followup"; mkdir -p "$R"
     # each variant of NCU_FP8 (comma-separated) on its own, with the stall sampling per instruction (SourceCounters):
     # the promoting mode a backend would ship (fast_s6 and fast_s6_c2 ran on 2026-12-07: reports/h100/README.md)
@@ -340,12 +341,18 @@ case "$what" in
       reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 > "$R/ncu-int4-1,4096,4096.txt" 2>&1
     echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$R/ncu-int4-1,4096,4096.txt" | head -12
-    timeout 50 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; grep -E " (us|x) " "$R/autograd.log" | cut -c1-250
-    start=$SECONDS
-    timeout 150 python3 reports/h200/experiments/matmul/splitk_probe.py --out "$R/splitk" > "$R/splitk.log" 2>&1
-    echo "matmul split-K probe: exit $?, $((SECONDS - start)) s"; grep -v Warning "$R/splitk.log" | cut -c1-250 | tail -20
     tar -czf "$OUT/followup.tgz" -C "$OUT" followup && rm -rf "$R"
+    ;;
+  fp8-bench)
+    # matmul_fp8's cuda backend in the harness's own bench beside the triton backend and _scaled_mm, after the
+    # planted backward kernels on the GPU (test_planted_drops_last_partial now pins its chunks); into fp8-bench.tgz
+    R="$OUT/fp8-bench"; mkdir -p "$R"
+    timeout 90 python3 -m pytest tests/test_backward_kernels.py -k planted -q -rfE -p no:cacheprovider \
+      > "$R/pytest-planted.log" 2>&1; echo "planted backward kernels: exit $?"; tail -2 "$R/pytest-planted.log"
+    timeout 220 python3 -m harness bench --kernel matmul_fp8 --out "$R/bench" > "$R/bench.log" 2>&1
+    echo "matmul_fp8 bench: exit $?"; grep -vE "^\[" "$R/bench.log" | tail -5; grep -E "speedup|x torch|cuda" \
+      "$R/bench/report.md" | head -30 | cut -c1-250
+    tar -czf "$OUT/fp8-bench.tgz" -C "$OUT" fp8-bench && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
