@@ -119,7 +119,7 @@ def test_build_cuda_backends_prints_and_summarises_each_build(monkeypatch, capsy
     assert (idle2, triton2) == (idle, triton)
 
 
-def test_a_cuda_backend_for_sm_90a_builds_as_sm_90a_for_sm_90_alone(monkeypatch):
+def test_a_cuda_backend_for_sm_90a_builds_as_sm_90a_for_sm_90_alone(monkeypatch, capsys):
     # wgmma and setmaxnreg exist on sm_90a alone: sm_80 and sm_100 are not the backend's, sm_90 builds as sm_90a
     run = _run(archs=("sm_80", "sm_90", "sm_100"), specs=(_spec(_backend("cuda", source="m:SRC", requires=(),
                                                                          arch=("sm_90a",))),))
@@ -134,6 +134,7 @@ def test_a_cuda_backend_for_sm_90a_builds_as_sm_90a_for_sm_90_alone(monkeypatch)
         "ok", tuple(archs), sass_archs=("sm_90",), ptx_archs=("sm_90",)))
     (built,) = wf.build_cuda_backends(replace(run, backends=(job,))).backends
     assert asked == [["sm_90a"]] and built.entries[-1].arch == "sm_90"
+    assert capsys.readouterr().out.startswith("k cuda: nvcc ok (built as sm_90a); SASS sm_90; PTX sm_90\n")
 
 
 def test_a_cuda_kernel_that_spills_or_overflows_fails_its_target(monkeypatch):

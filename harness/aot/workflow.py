@@ -160,7 +160,8 @@ def build_cuda_backends(run: MatrixRun) -> MatrixRun:
         # sm_90a where the backend's rules name it: the entries stay under the matrix's target (sm_90)
         targets = [build_target(job.backend.arch, a) for a in job.archs]
         result = build_cuda(resolve_import(job.backend.source), targets, extra_flags=torch_extension_flags())
-        print(f"{name}: nvcc {result.status}; SASS {', '.join(result.sass_archs) or '-'}; "
+        built_as = f" (built as {', '.join(targets)})" if list(targets) != list(job.archs) else ""
+        print(f"{name}: nvcc {result.status}{built_as}; SASS {', '.join(result.sass_archs) or '-'}; "
               f"PTX {', '.join(result.ptx_archs) or '-'}")
         for k in result.kernels:
             r = k.resources
