@@ -18,6 +18,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -155,14 +156,23 @@ def _each(run: MatrixRun, kind: str, fn: Callable[[BackendJob], BackendJob]) -> 
 
 
 def build_cuda_backends(run: MatrixRun) -> MatrixRun:
+    """Each CUDA backend's nvcc build, up to ``run.workers`` at once: a build is a subprocess, one core's work per
+    target, and built one after another the sources alone outlast a many-core runner's Triton compiles. Printed
+    in the specs' order once all are done."""
+    jobs = [j for j in run.backends if j.kind == CUDA and j.archs]
+    # the sources and flags first, in this thread: importing a kernel module is no work for a pool
+    # sm_90a where the backend's rules name it: the entries stay under the matrix's target (sm_90)
+    asks = [(resolve_import(j.backend.source), [build_target(j.backend.arch, a) for a in j.archs]) for j in jobs]
+    flags = torch_extension_flags() if jobs else ()
+    with ThreadPoolExecutor(max_workers=max(1, min(run.workers, len(jobs)))) as pool:
+        built = pool.map(lambda ask: build_cuda(ask[0], ask[1], extra_flags=flags), asks)
+        results = {id(j): (targets, result) for j, (_, targets), result in zip(jobs, asks, built, strict=True)}
+
     def build(job: BackendJob) -> BackendJob:
-        name = f"{job.spec.name} {job.backend.name}"
-        # sm_90a where the backend's rules name it: the entries stay under the matrix's target (sm_90)
-        targets = [build_target(job.backend.arch, a) for a in job.archs]
-        result = build_cuda(resolve_import(job.backend.source), targets, extra_flags=torch_extension_flags())
-        built_as = f" (built as {', '.join(targets)})" if list(targets) != list(job.archs) else ""
-        print(f"{name}: nvcc {result.status}{built_as}; SASS {', '.join(result.sass_archs) or '-'}; "
-              f"PTX {', '.join(result.ptx_archs) or '-'}")
+        targets, result = results[id(job)]
+        built_as = f" (built as {', '.join(targets)})" if targets != list(job.archs) else ""
+        print(f"{job.spec.name} {job.backend.name}: nvcc {result.status}{built_as}; SASS "
+              f"{', '.join(result.sass_archs) or '-'}; PTX {', '.join(result.ptx_archs) or '-'}")
         for k in result.kernels:
             r = k.resources
             print(f"  {k.arch} {k.kernel[:60]}: {r.registers} regs, spills {r.spill_store_bytes}/"
