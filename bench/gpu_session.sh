@@ -41,8 +41,9 @@
 #             planned launchers' tests on the GPU; all tarred into pending.tgz
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: overlap_s6) and the int4 M = 1
 #             kernel under Nsight Compute with the stall sampling per instruction; into followup.tgz
-#   fp8-bench the planted backward kernels on the GPU, then matmul_fp8's bench (the cuda backend beside the
-#             triton backend and _scaled_mm); into fp8-bench.tgz
+#   fp8-bench the planted backward kernels on the GPU (directly, and through the generated items of
+#             tests/specs/planted_backward.toml), then matmul_fp8's bench (the cuda backend beside the triton
+#             backend and _scaled_mm); into fp8-bench.tgz
 #   verify    the norm backwards' plans and trimmed Functions on the GPU: tests/test_backward_kernels.py and
 #             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py; then matmul_fp8's
 #             generated tests at the full tier, its cuda backend among them (into verify.tgz)
@@ -347,7 +348,8 @@ case "$what" in
     # matmul_fp8's cuda backend in the harness's own bench beside the triton backend and _scaled_mm, after the
     # planted backward kernels on the GPU (test_planted_drops_last_partial now pins its chunks); into fp8-bench.tgz
     R="$OUT/fp8-bench"; mkdir -p "$R"
-    timeout 60 python3 -m pytest tests/test_backward_kernels.py -k planted -q -rfE -p no:cacheprovider \
+    timeout 90 python3 -m pytest tests/test_backward_kernels.py tests/test_backward_planted.py -k planted -q -rfE \
+      -p no:cacheprovider \
       > "$R/pytest-planted.log" 2>&1; echo "planted backward kernels: exit $?"; tail -2 "$R/pytest-planted.log"
     # FP8_BENCH_S bounds the bench (a killed bench still writes the cases it finished); FP8_PROVIDERS picks them
     timeout "${FP8_BENCH_S:-220}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench" \

@@ -18,6 +18,7 @@ from harness.correctness.registry import CheckFailure
 from harness.spec.bind import bind
 from harness.spec.imports import use_interpreter_if_no_gpu
 from harness.spec.load import load
+from harness.target.device import detect
 from tests.e2e import REPO
 
 SPEC = REPO / "tests" / "specs" / "planted_backward.toml"
@@ -29,9 +30,11 @@ def spec():
     return bind(load(SPEC))
 
 
-def _run(spec, backend: str, mode: str = "kernel", grads: str = "case", tier: str = "ci", layout="contiguous"):
-    case = next(c for c in spec.cases[tier] if c.layout == layout)
-    ctx = CaseContext(spec, backend, "fp32", case, case_seed(spec, "fp32", case), "cpu", "cpu")
+def _run(spec, backend: str, mode: str = "kernel", grads: str = "case", tier: str = "ci", layout="contiguous",
+         tokens: int = 83):
+    case = next(c for c in spec.cases[tier] if c.layout == layout and c.values["tokens"] == tokens)
+    device = detect()  # the GPU where there is one: its compiled kernels take no CPU tensors
+    ctx = CaseContext(spec, backend, "fp32", case, case_seed(spec, "fp32", case), device.arch, device.torch_device)
     return run_backward_checks(BackwardContext(ctx, mode, grads))
 
 
@@ -43,16 +46,18 @@ def test_the_shipped_backward_passes_every_check(spec, mode, grads):
     assert outcome.checks == want
 
 
-@pytest.mark.parametrize("backend, check, message", [
-    ("drops_last_partial", "numerics", r"^numerics: grad_weight: "),
-    ("ignores_weight", "numerics", r"^numerics: grad_x: "),
-    ("writes_grad_output", "inputs", r"^inputs: grad_out \(the grad output, an input of the backward\) was changed"),
-    ("atomic", "determinism", r"^determinism: grad_weight: a second backward on the same inputs differs in \d+ "
-                              r"elements"),
+@pytest.mark.parametrize("backend, tokens, check, message", [
+    # 1001 rows: a partial chunk of rows on a GPU too, where each of 83 rows is a chunk of its own
+    ("drops_last_partial", 1001, "numerics", r"^numerics: grad_weight: "),
+    ("ignores_weight", 83, "numerics", r"^numerics: grad_x: "),
+    ("writes_grad_output", 83, "inputs", r"^inputs: grad_out \(the grad output, an input of the backward\) was "
+                                         r"changed"),
+    ("atomic", 83, "determinism", r"^determinism: grad_weight: a second backward on the same inputs differs in \d+ "
+                                  r"elements"),
 ])
-def test_each_planted_backward_is_caught_by_its_check(spec, backend, check, message):
+def test_each_planted_backward_is_caught_by_its_check(spec, backend, tokens, check, message):
     with pytest.raises(CheckFailure) as info:
-        _run(spec, backend)
+        _run(spec, backend, tokens=tokens)
     assert info.value.check == check
     text = str(info.value)
     assert re.search(message, text), text
