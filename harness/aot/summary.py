@@ -95,11 +95,12 @@ def cuda_entries(kernel: str, backend: str, archs, result, waivers: dict[str, st
         return [MatrixEntry(kernel, backend, arch, "skipped", 0, "", (), result.status) for arch in archs]
     out = []
     for arch in archs:
-        res = [k.resources for k in result.kernels if k.arch == arch]
+        mine = [k for k in result.kernels if k.arch == arch]
+        res = [k.resources for k in mine]
         problems = tuple(filter(None, [result.error if result.status == "error" else ""]))
         problems += tuple(p for p in result.problems if arch in p or "sm_" not in p)
         # as a Triton launch is held to them: no spills, the target's registers and shared memory
-        problems += tuple(f"{k.kernel[:60]}: {p}" for k in result.kernels if k.arch == arch
+        problems += tuple(f"{k.kernel[:60]}: {p}" for k in mine
                           for p in resource_problems(k.resources, arch, allow_spills=False))
         problems = tuple(f"{kernel} {arch}: {p}" for p in problems)
         regs, shared = _most(r.registers for r in res), _most(r.shared_bytes for r in res)
