@@ -23,9 +23,11 @@ GEMM is faster (13.25 us at 4096 x 4096 against 16.45), 1.55x (1.34x), 1.66x wit
 tile kernel's split of K wins at both 14336 shapes on both cards, so calls above 8 rows go there. The issue's 2.5x
 and 3x at M = 1 are not reached. Latency bounds the kernel, not bandwidth: it takes the same time on both cards
 (8.48 and 8.54 us at N = K = 4096, where the H200 streams the 8.4 MB in about 2 us), and a split of K across
-blocks (more blocks, fewer dependent rounds of loads each) never won. For that the kernel has a second way to
-keep a warp's next groups in flight, a ring of them in shared memory (``CudaGemvConfig.stages``): right, and 1.4
-to 2.2 times slower than the register path on an H100 (reports/h100/experiments/int4-ring/).
+blocks (more blocks, fewer dependent rounds of loads each) never won, nor did a
+ring of each warp's next groups in shared memory filled by cp.async (1.4 to 2.2 times slower than the register path
+on an H100, reports/h100/experiments/int4-ring/). ``CudaGemvConfig.stages`` now takes a bulk ring instead
+(kernels/int4_gemv.cu says how): one producer warp streams a block's rows through shared memory with
+cp.async.bulk, so the computing warps issue no weight loads at all (sm_90 on).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ MAX_M = 16  # two 8-column B tiles of the MMA
 # both 14336 shapes on the H100 (2.02x and 1.84x bf16 against 1.62x and 1.53x) and the H200 (21.8 and 22.4 us
 # against 25.1 and 26.3 for the best configuration swept), and matched it at 4096 x 4096.
 ROUTE_MAX_M = 8
-STAGES = (0, 3, 4, 6)  # the ring sizes kernels/int4_gemv.cu instantiates (0: no ring)
+STAGES = (0, 2, 3, 4)  # the bulk ring's slots kernels/int4_gemv.cu instantiates (0: no ring)
 
 
 @dataclass(frozen=True)
@@ -90,21 +92,23 @@ class CudaGemvConfig:
     row_tiles: int = 1  # 16-row tiles of w per block, sharing the activations' loads: 1 or 2
     splits: int = 1  # blocks along K per row tile, summed in the same launch: 1 to SPLIT_MAX
     depth: int = 1  # groups a warp has in flight in registers beside the one it computes: 1 or 2
-    # 0: those registers; 3, 4 or 6: a ring of that many groups a warp in shared memory (cp.async), depth then 1
+    # 0: those registers; 2, 3 or 4: the bulk ring's slots of one stage of K each (warps groups), sm_90 on, depth 1
     stages: int = 0
 
     def __post_init__(self):
         if (self.warps not in (1, 2, 4, 8) or self.row_tiles not in (1, 2) or not 1 <= self.splits <= SPLIT_MAX
                 or self.depth not in (1, 2) or self.stages not in STAGES or (self.stages and self.depth != 1)):
             raise ValueError(f"CudaGemvConfig: warps 1, 2, 4 or 8, row_tiles 1 or 2, splits 1 to {SPLIT_MAX}, "
-                             f"depth 1 or 2, stages 0, 3, 4 or 6 (depth 1 with a ring); got {self}")
+                             f"depth 1 or 2, stages 0, 2, 3 or 4 (depth 1 with a ring); got {self}")
 
     def smem_bytes(self, m: int) -> int:
-        """Dynamic shared memory a block takes at ``m`` rows (kernels/int4_gemv.cu, warp_smem_bytes): each
-        warp's ring, RT KB of w and 256 bytes a row of a a slot, or its partial tile alone without one. Above the
-        device's shared memory per block the launcher refuses the config."""
+        """Shared memory a block takes at ``m`` rows (kernels/int4_gemv.cu, block_smem_bytes and the launcher's
+        check): the bulk ring's slots (16 rows a row tile, ``warps`` x 64 + 64 bytes a row), the warps' partial
+        tiles, and 16 bytes of statics and 16 of barriers a slot. Above the device's shared memory per block the
+        launcher refuses the config."""
         tile = self.row_tiles * (1 if m <= 8 else 2) * 128 * 4
-        return self.warps * max(tile, self.stages * (self.row_tiles * 1024 + m * 256))
+        ring = self.stages * (self.row_tiles * 16 * (self.warps * 64 + 64) + 16)
+        return self.warps * tile + ring + 16
 
     @classmethod
     def for_shape(cls, m: int, n: int, k: int) -> CudaGemvConfig:
@@ -112,9 +116,9 @@ class CudaGemvConfig:
         shape on an H100 (reports/h100/experiments/int4-cuda/run1/) and at M <= 4 on the H200
         (reports/h200/experiments/int4/cuda/run1/). A second group in flight where N gives few blocks: on the H200
         at N = 4096 it took K = 14336 from 20.2 to 18.5 us at M = 1 (20.5 to 19.0 at M = 4) and made no
-        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won, nor did the
-        shared-memory ring (``stages``: 1.4 to 2.2 times the register path's time on an H100,
-        reports/h100/experiments/int4-ring/)."""
+        difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won, nor did a
+        cp.async ring a warp (1.4 to 2.2 times the register path's time on an H100,
+        reports/h100/experiments/int4-ring/); the bulk ring (``stages``) has not been timed yet."""
         return cls(8, 1, 1, 2 if n <= 4096 else 1)
 
 

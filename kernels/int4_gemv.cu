@@ -27,20 +27,21 @@
 //
 // How a warp's next groups get to it. The register path (STAGES = 0) loads the next D groups (1 or 2) into registers:
 // at most about 2 KB of w in flight a warp, so with two blocks of eight warps an SM keeps about 32 KB of its DRAM reads
-// in flight, too few to cover the loaded latency at the HBM's rate, and each warp walks its groups through several
-// dependent round trips; the kernel took the same time on an H100 and an H200 (Nsight Compute on the H100: 29.6% of
-// DRAM bandwidth at 22.5% occupancy, 1 x 4096 x 4096). A third group in registers (128 of them, still two blocks an SM)
-// was slower at every decode shape there: its loads alone took 9.76 us against 7.14. The ring (STAGES = 3, 4 or 6)
-// streams a warp's groups through STAGES slots of its own in dynamic shared memory, filled by cp.async (16 bytes a
-// lane, L1 bypassed), so STAGES groups (STAGES KB of w a warp at one row tile) are in flight and the registers hold
-// only the group being computed: at N = K = 4096 a warp has 4 groups, all of them in flight from the start. A slot
-// holds the warp's w for one group and the group's M rows of a (w: 16 rows of 64 bytes a row tile, a: 256 bytes a row,
-// only the M rows that exist). Every lane copies exactly the bytes it later reads back, so neither the wait nor the
-// refill needs a barrier: cp.async.wait_group makes a lane's own copies visible to it, and a slot is refilled only
-// after the MMAs that consumed what the lane read from it. Scales and zero points (two and one bytes at arbitrary
-// strides: too small and unaligned for cp.async) are loaded into registers when their slot is filled, a register ring
-// indexed at compile time. What is read from a slot is the register path's Stage, so the dequantisation, the MMAs and
-// the reduction are the same code.
+// in flight, and each warp walks its groups through several dependent round trips; the kernel took the same time on an
+// H100 and an H200 (Nsight Compute on the H100: 29.6% of DRAM bandwidth at 22.5% occupancy, 1 x 4096 x 4096; 0.93
+// eligible warps a scheduler, 7.8 cycles between a warp's instructions, SMs active 71% of the kernel's cycles). A third
+// group in registers was slower at every decode shape (its loads alone 9.76 us against 7.14), and so was a ring of
+// groups a warp in shared memory filled by cp.async, 16 bytes a lane (1.4 to 2.2 times the register path's time).
+// The bulk ring (STAGES = 2, 3 or 4, sm_90 on) moves the weights' loads out of the computing warps altogether: a
+// ring of STAGES slots a block, each slot one stage of K (W groups: every computing warp's next group) for the
+// block's RT 16 rows, filled by one producer warp whose lanes issue one cp.async.bulk a row (W 64 contiguous bytes of
+// it, one instruction) and complete on the slot's mbarrier. Up to STAGES x RT x W KB of w are in flight a block from
+// the first cycle (32 KB at four slots of eight warps), at no instruction cost to the warps that compute. A computing
+// warp waits on the slot's full barrier, reads its group's 16-byte pieces into the register path's Stage (the same
+// layout, so the dequantisation, the MMAs and the reduction are the same code), arrives on the slot's empty barrier
+// and computes while the producer refills the slot. Activations, scales and zero points (small, or cached in L2:
+// every block reads the same a) are loaded by the computing warps one stage ahead, in registers. A slot's rows are
+// W 64 + 64 bytes apart, so the two rows eight lanes read at once fall on opposite halves of the banks.
 
 namespace kh_int4 {
 namespace {
@@ -112,106 +113,46 @@ template <int RT, int NT> struct Stage {
   uint4 a[NT][4];
 };
 
-// The ring's copies: 16 bytes global -> shared through L2 only; src_bytes 0 reads nothing and writes zeros.
-__device__ __forceinline__ void cp_async16(unsigned char* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :
-               : "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(src_bytes)
+// The bulk ring's synchronisation and copies (PTX of sm_90: mbarrier transaction counts, cp.async.bulk).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_addr(bar)), "r"(parity)
+                 : "memory");
+}
+// bytes: a multiple of 16, as both addresses are
+__device__ __forceinline__ void bulk_copy(unsigned char* dst, const void* src, int bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+
+// A bulk ring slot's row pitch: W groups of 64 bytes, and 64 more so that rows r and r + 1 start on opposite halves
+// of the 32 banks (a quarter-warp's 128 bytes are two rows' 64: no conflict). Shared memory a block takes: the
+// slots, then the warps' partial tiles (W x RT x NT x 128 fp32).
+__host__ __device__ __forceinline__ int bulk_pitch(int warps) { return warps * 64 + 64; }
+__host__ __device__ __forceinline__ int block_smem_bytes(int warps, int row_tiles, int col_tiles, int stages) {
+  return stages * row_tiles * 16 * bulk_pitch(warps) + warps * row_tiles * col_tiles * 128 * (int)sizeof(float);
 }
 
-// A ring slot's bytes: RT KB of w, then 256 bytes per row of a (the M rows that exist).
-__host__ __device__ __forceinline__ int slot_bytes(int row_tiles, int M) { return row_tiles * 1024 + M * 256; }
-
-// Scales and zero points of one slot's group, loaded when the slot is filled.
-template <int RT> struct Meta {
-  uint16_t s[RT][2];
-  uint8_t z[RT][2];
-};
-
-// Ring layout, a warp's: the slots' w first, slot d's row tile t, row half h (rows lane / 4 + 8 h) with lane l's
-// 16 bytes at (d RT + t) 1024 + h 512 + 16 l: a row half's 32 lanes read 512 contiguous bytes, four wavefronts with
-// no bank conflict. Then the slots' a, row m of slot d (k = 0 .. 127 of its group) at (m S + d) 256, lane q's j-th
-// 16 bytes (chunk c = 4 j + q of the row) stored at chunk c ^ 4 (m & 1): for one j the lanes of an even row read
-// one half of the banks, those of an odd row the other, so eight rows take four wavefronts, as 512 bytes must
-// (unswizzled every row would hit the same 16 banks: eight). At M = 1 the four lanes of row 0 read 64 bytes, one
-// wavefront. Every slot's bytes are then a constant offset from two or three per-lane addresses; with slot-major
-// slots (a runtime slot size) the compiler kept an address a slot and chunk in registers: 135 at six slots.
-template <int RT, int S> struct Ring {
-  unsigned char* w;     // the lane's 16 bytes of slot 0, row tile 0, row half 0
-  unsigned char* a[2];  // its chunk j of row lane / 4 of slot 0: a[j & 1] + 64 j
-
-  __device__ __forceinline__ Ring(unsigned char* ring, int lane) {
-    const int r = lane >> 2, q = lane & 3;
-    w = ring + lane * 16;
-    unsigned char* row = ring + S * RT * 1024 + r * S * 256 + q * 16;
-    const int swz = (r & 1) * 64;  // 64 (j ^ (r & 1)) = 64 j + swz for even j, 64 j - swz for odd j
-    a[0] = row + swz;
-    a[1] = row - swz;
-  }
-  __device__ __forceinline__ unsigned char* wp(int d, int t, int h) const { return w + (d * RT + t) * 1024 + h * 512; }
-  __device__ __forceinline__ unsigned char* ap(int d, int u, int j) const {
-    return a[j & 1] + (u * 8 * S + d) * 256 + 64 * j;
-  }
-};
-
-// Fills slot d with group g. A lane whose k is past K (the last group's tail) copies zeros.
-template <int RT, int NT, int S>
-__device__ __forceinline__ void fill_slot(const Ring<RT, S>& ring, int d, Meta<RT>& mt, const Params& p, int g,
-                                          int n0, int lane) {
-  const int r = lane >> 2, q = lane & 3;
-  const int k0 = g * kGroup + q * 32;
-  const int bytes = k0 < p.K ? 16 : 0;
-  const int kk = bytes ? k0 : 0;  // nothing is read past K, but the address stays inside the row
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = min(n0 + t * 16 + r + 8 * h, p.N - 1);  // a row past N reads row N - 1; never stored
-      cp_async16(ring.wp(d, t, h), p.w + n * p.ldw + kk / 2, bytes);
-      mt.s[t][h] = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + g * p.ss_g);
-      mt.z[t][h] = __ldg(p.zeros + n * p.sz_n + g * p.sz_g);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < NT; ++u) {
-    const int m = u * 8 + r;
-    if (m >= p.M) continue;  // no row to copy; the lane reads zeros instead
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(p.a) + m * p.lda + kk;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) cp_async16(ring.ap(d, u, j), src + 8 * j, bytes);
-  }
-}
-
-template <int RT, int NT, int S>
-__device__ __forceinline__ void read_slot(Stage<RT, NT>& st, const Ring<RT, S>& ring, int d, const Meta<RT>& mt,
-                                          int M, int lane) {
-  const int r = lane >> 2;
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st.w[t][h] = *reinterpret_cast<const uint4*>(ring.wp(d, t, h));
-      st.s[t][h] = mt.s[t][h];
-      st.z[t][h] = mt.z[t][h];
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < NT; ++u) {
-    const int m = u * 8 + r;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      st.a[u][j] = m < M ? *reinterpret_cast<const uint4*>(ring.ap(d, u, j))
-                         : make_uint4(0, 0, 0, 0);  // B columns past M multiply by 0
-  }
-}
-
-template <typename T, int RT, int NT>
-__device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
+// A lane's scales, zero points and activations for group g (g < 0 or past K: zero activations, so the group adds 0)
+template <int RT, int NT>
+__device__ __forceinline__ bool load_meta(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
   const int r = lane >> 2, q = lane & 3;
   const int k0 = g * kGroup + q * 32;
   const bool k_ok = g >= 0 && k0 < p.K;  // K % 32 == 0: a lane's 32 values are all in range or all out
@@ -221,7 +162,6 @@ __device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, i
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int n = min(n0 + t * 16 + r + 8 * h, p.N - 1);  // a row past N reads row N - 1; never stored
-      st.w[t][h] = k_ok ? __ldcs(reinterpret_cast<const uint4*>(p.w + n * p.ldw + k0 / 2)) : make_uint4(0, 0, 0, 0);
       st.s[t][h] = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + gg * p.ss_g);
       st.z[t][h] = __ldg(p.zeros + n * p.sz_n + gg * p.sz_g);
     }
@@ -234,6 +174,23 @@ __device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, i
 #pragma unroll
     for (int j = 0; j < 4; ++j) st.a[u][j] = ok ? __ldg(src + j) : make_uint4(0, 0, 0, 0);
   }
+  return k_ok;
+}
+
+template <typename T, int RT, int NT>
+__device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
+  const int r = lane >> 2;
+  const int k0 = g * kGroup + (lane & 3) * 32;
+  const bool k_ok = g >= 0 && k0 < p.K;  // as load_meta's; w first: the order the register path was tuned with
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = min(n0 + t * 16 + r + 8 * h, p.N - 1);
+      st.w[t][h] = k_ok ? __ldcs(reinterpret_cast<const uint4*>(p.w + n * p.ldw + k0 / 2)) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  load_meta<RT, NT>(st, p, g, n0, lane);
 }
 
 #if defined(KH_INT4_FLOOR)
@@ -326,34 +283,25 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
 
 #endif  // KH_INT4_FLOOR
 
-// Shared memory a warp takes: its ring, whose bytes its partial tile reuses (always large enough), or that tile alone.
-__host__ __device__ __forceinline__ int warp_smem_bytes(int row_tiles, int col_tiles, int M, int stages) {
-  const int tile = row_tiles * col_tiles * 128 * (int)sizeof(float);
-  const int ring = stages * slot_bytes(row_tiles, M);
-  return ring > tile ? ring : tile;
-}
-
-// Block: W warps on RT tiles of 16 rows of w; with S splits (gridDim.y), warp i of split y takes groups
-// y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one (STAGES = 0), or the next
-// STAGES groups in its ring. The warps' partial tiles are summed in shared memory (dynamic, W tiles of RT * NT * 128
-// fp32, each warp's inside its own ring where there is one) in warp order. With S > 1 each split then writes its
-// tile to the workspace and takes a ticket; the split drawing the last one sums the S tiles in split order, writes
-// c and resets the counter (as kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8
-// warps: the register cap of a larger block made the 2 x 2 tile spill. The one-tile ring asks for three blocks of
-// eight warps an SM (at most 80 registers: its six slots took 92 uncapped; no spill), which the 228 KB of an H100
-// or H200 SM hold up to M = 2 at six slots, 5 at four, 8 at three; every other instantiation keeps ptxas's own
-// choice (0: no minimum; an explicit 1 made it take up to 50% more registers).
+// Block: W computing warps on RT tiles of 16 rows of w; with S splits (gridDim.y), warp i of split y takes groups
+// y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one (STAGES = 0), or the bulk
+// ring's stages y, y + S, ... of W groups each, warp i group i of each (the same groups), with one more warp, the
+// producer, filling the ring. The computing warps' partial tiles are summed in shared memory (dynamic, after the ring's
+// slots: W tiles of RT * NT * 128 fp32) in warp order. With S > 1 each split then writes its tile to the workspace and
+// takes a ticket; the split drawing the last one sums the S tiles in split order, writes c and resets the counter (as
+// kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8 computing warps: the register
+// cap of a larger block made the 2 x 2 tile spill. Minimum blocks an SM 0, ptxas's own choice: an explicit 1 made it
+// take up to 50% more registers.
 template <typename T, int RT, int NT, int D, int STAGES>
-__global__ void __launch_bounds__(256, (STAGES > 0 && RT == 1 && NT == 1) ? 3 : 0) int4_gemv_mma(Params p) {
+__global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* part = reinterpret_cast<float*>(smem);
   __shared__ int last;
   constexpr int kTile = RT * NT * 128;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x >> 5) - (STAGES > 0);
   const int n0 = blockIdx.x * RT * 16;
   const int groups = (p.K + kGroup - 1) / kGroup;
   const int first = blockIdx.y * warps + warp, stride = gridDim.y * warps;
-  const int pitch = warp_smem_bytes(RT, NT, p.M, STAGES) / (int)sizeof(float);  // between warps' tiles, in floats
+  float* part = reinterpret_cast<float*>(smem + STAGES * RT * 16 * bulk_pitch(warps));
   float acc[RT][NT][4] = {};
   if constexpr (STAGES == 0) {
     Stage<RT, NT> st[D];
@@ -374,41 +322,70 @@ __global__ void __launch_bounds__(256, (STAGES > 0 && RT == 1 && NT == 1) ? 3 : 
       }
     }
   } else {
-    // Slot d holds the warp's groups first + (d + j STAGES) stride, j = 0, 1, ...: unrolled over the slots, so the
-    // register ring's index is a constant. Every slot is committed as a group of copies, filled or not (none past
-    // the end), so waiting for all but the last STAGES - 1 groups always means the slot about to be read.
-    const Ring<RT, STAGES> ring(smem + warp * pitch * (int)sizeof(float), lane);
-    Meta<RT> mt[STAGES];
-#pragma unroll
-    for (int d = 0; d < STAGES; ++d) {
-      const int g = first + d * stride;
-      if (g < groups) fill_slot<RT, NT, STAGES>(ring, d, mt[d], p, g, n0, lane);
-      cp_async_commit();
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    // Fill t of this split (its stage j = y + t S) goes to slot t % STAGES: the full barrier's phase t / STAGES
+    // completes when the slot's bytes have landed, the empty barrier's when every computing warp has read it.
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    const int stages = (groups + warps - 1) / warps, pitch = bulk_pitch(warps), slot = RT * 16 * pitch;
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) {
+        mbar_init(&full[i], 1);
+        mbar_init(&empty[i], warps);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    for (int g0 = first; g0 < groups; g0 += STAGES * stride) {
+    __syncthreads();
+    if (warp == warps) {  // the producer: lane r copies row n0 + r of each stage
+      int t = 0;
+      for (int j = blockIdx.y; j < stages; j += gridDim.y, ++t) {
+        const int i = t % STAGES;
+        if (t >= STAGES) mbar_wait(&empty[i], (t / STAGES - 1) & 1);
+        const int k0 = j * warps * kGroup;
+        const int bytes = min(warps * kGroup, p.K - k0) / 2;  // K % 32 == 0: a multiple of 16
+        if (lane == 0) mbar_expect_tx(&full[i], bytes * RT * 16);
+        __syncwarp();
+        if (lane < RT * 16) {
+          const int n = min(n0 + lane, p.N - 1);  // a row past N copies row N - 1; never stored
+          bulk_copy(smem + i * slot + lane * pitch, p.w + (int64_t)n * p.ldw + k0 / 2, bytes, &full[i]);
+        }
+      }
+    } else {
+      const int r = lane >> 2, q = lane & 3;
+      Stage<RT, NT> cur;
+      bool ok = load_meta<RT, NT>(cur, p, first < groups ? first : -1, n0, lane);
+      int t = 0;
+      for (int j = blockIdx.y; j < stages; j += gridDim.y, ++t) {
+        const int i = t % STAGES;
+        const int ahead = first + (t + 1) * stride;
+        Stage<RT, NT> next;
+        const bool next_ok = load_meta<RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+        mbar_wait(&full[i], (t / STAGES) & 1);
+        const unsigned char* row = smem + i * slot + r * pitch + warp * 64 + q * 16;
 #pragma unroll
-      for (int d = 0; d < STAGES; ++d) {
-        const int g = g0 + d * stride;
-        if (g >= groups) break;
-        cp_async_wait<STAGES - 1>();
-        Stage<RT, NT> st;
-        read_slot<RT, NT, STAGES>(st, ring, d, mt[d], p.M, lane);
-        mma_stage<T, RT, NT>(acc, st);
-        const int ahead = g + STAGES * stride;
-        if (ahead < groups) fill_slot<RT, NT, STAGES>(ring, d, mt[d], p, ahead, n0, lane);
-        cp_async_commit();
+        for (int tt = 0; tt < RT; ++tt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)  // past K the slot holds stale bytes: zeros instead, as the register path's
+            cur.w[tt][h] = ok ? *reinterpret_cast<const uint4*>(row + (tt * 16 + 8 * h) * pitch) : make_uint4(0, 0, 0, 0);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[i]);
+        mma_stage<T, RT, NT>(acc, cur);
+        cur = next;
+        ok = next_ok;
       }
     }
-    cp_async_wait<0>();  // nothing should be pending (every filled slot was read), but the tile below reuses the ring
-    __syncwarp();        // and its lanes write bytes other lanes read
+#else
+    __trap();  // the launcher refuses the bulk ring below sm_90
+#endif
   }
-  float* mine = part + warp * pitch;
+  if (warp < warps) {
+    float* mine = part + warp * kTile;
 #pragma unroll
-  for (int t = 0; t < RT; ++t)
+    for (int t = 0; t < RT; ++t)
 #pragma unroll
-    for (int u = 0; u < NT; ++u)
+      for (int u = 0; u < NT; ++u)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) mine[(t * NT + u) * 128 + lane * 4 + i] = acc[t][u][i];
+        for (int i = 0; i < 4; ++i) mine[(t * NT + u) * 128 + lane * 4 + i] = acc[t][u][i];
+  }
   __syncthreads();
   // one output a thread: row R of tile t, column C of tile u, held by lane (R % 8) * 4 + C / 2 in register
   // (R / 8) * 2 + C % 2 of every warp
@@ -421,7 +398,7 @@ __global__ void __launch_bounds__(256, (STAGES > 0 && RT == 1 && NT == 1) ? 3 : 
     if (n >= p.N || m >= p.M) continue;
     const int slot = tu * 128 + ((R % 8) * 4 + C / 2) * 4 + (R / 8) * 2 + C % 2;
     float sum = 0.0f;
-    for (int i = 0; i < warps; ++i) sum += part[i * pitch + slot];
+    for (int i = 0; i < warps; ++i) sum += part[i * kTile + slot];
     if (splits == 1)
       reinterpret_cast<uint16_t*>(p.c)[m * p.sc_m + n * p.sc_n] = Num<T>::bits(sum);
     else
@@ -445,13 +422,13 @@ __global__ void __launch_bounds__(256, (STAGES > 0 && RT == 1 && NT == 1) ? 3 : 
   if (threadIdx.x == 0) p.cnt[blockIdx.x] = 0;  // the next launch draws from 0 again
 }
 
-// A ring above 48 KB needs the kernel's opt-in, once a device and size: the largest size granted so far is kept
+// Shared memory above 48 KB needs the kernel's opt-in, once a device and size: the largest size granted so far is kept
 // (devices beyond the table ask every launch).
 template <typename T, int RT, int NT, int D, int S>
 cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) {
   static std::atomic<int> granted[64];
   const dim3 grid((p.N + RT * 16 - 1) / (RT * 16), splits);
-  const int smem = warps * warp_smem_bytes(RT, NT, p.M, S);
+  const int smem = block_smem_bytes(warps, RT, NT, S);
   if (smem > 48 * 1024) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
@@ -466,7 +443,7 @@ cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) 
       }
     }
   }
-  int4_gemv_mma<T, RT, NT, D, S><<<grid, warps * 32, smem, stream>>>(p);
+  int4_gemv_mma<T, RT, NT, D, S><<<grid, (warps + (S > 0)) * 32, smem, stream>>>(p);  // + the ring's producer
   return cudaGetLastError();
 }
 
@@ -482,9 +459,9 @@ cudaError_t by_tiles(const Params& p, int warps, int row_tiles, int splits, cuda
 template <typename T>
 cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, int stages, cudaStream_t s) {
   switch (stages) {
+    case 2: return by_tiles<T, 1, 2>(p, warps, row_tiles, splits, s);
     case 3: return by_tiles<T, 1, 3>(p, warps, row_tiles, splits, s);
     case 4: return by_tiles<T, 1, 4>(p, warps, row_tiles, splits, s);
-    case 6: return by_tiles<T, 1, 6>(p, warps, row_tiles, splits, s);
     default:
       return depth == 1 ? by_tiles<T, 1, 0>(p, warps, row_tiles, splits, s)
                         : by_tiles<T, 2, 0>(p, warps, row_tiles, splits, s);
@@ -495,7 +472,8 @@ cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int 
 }  // namespace kh_int4
 
 // The launcher (kernels/int4_cuda.py checks shapes, dtypes, strides and alignments first). dtype: 1 fp16, 2 bf16.
-// stages: 0 for the register path (depth 1 or 2 groups in flight), else the ring's slots (3, 4 or 6; depth 1).
+// stages: 0 for the register path (depth 1 or 2 groups in flight), else the bulk ring's slots (2, 3 or 4; depth 1;
+// sm_90 on).
 // Returns nullptr, or what went wrong.
 extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
                                            const void* zeros, void* ws, void* cnt, int64_t M, int64_t N, int64_t K, int64_t lda,
@@ -509,17 +487,20 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
   if (row_tiles != 1 && row_tiles != 2) return "row_tiles must be 1 or 2";
   if (splits < 1 || splits > 64) return "splits must be 1 to 64";
   if (depth != 1 && depth != 2) return "depth must be 1 or 2";
-  if (stages != 0 && stages != 3 && stages != 4 && stages != 6) return "stages must be 0, 3, 4 or 6";
+  if (stages != 0 && stages != 2 && stages != 3 && stages != 4) return "stages must be 0, 2, 3 or 4";
   if (stages != 0 && depth != 1) return "depth must be 1 with a ring (stages > 0)";
   if (stages != 0) {
-    int dev = 0, cap = 0;
+    int dev = 0, cap = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      return "could not read the device's shared memory per block";
+        cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return "could not read the device's compute capability and shared memory per block";
+    if (major < 9) return "the bulk ring (stages > 0) needs sm_90 or later: cp.async.bulk and mbarrier transactions";
     const int col_tiles = M > 8 ? 2 : 1;
-    if ((int64_t)warps * kh_int4::warp_smem_bytes(row_tiles, col_tiles, (int)M, stages) + 16 > cap)  // + `last`
-      return "the ring does not fit the device's shared memory per block: warps x stages x (1 KB a row tile + "
-             "256 bytes a row of a)";
+    // + `last` and the ring's two barriers a slot
+    if (kh_int4::block_smem_bytes(warps, row_tiles, col_tiles, stages) + 16 + 16 * stages > cap)
+      return "the bulk ring does not fit the device's shared memory per block: stages x row_tiles x 16 x (warps x "
+             "64 + 64) bytes, and the partial tiles";
   }
   kh_int4::Params p{a, static_cast<const uint8_t*>(w), scales, static_cast<const uint8_t*>(zeros), c,
                     static_cast<float*>(ws), static_cast<int*>(cnt), (int)M, (int)N, (int)K, lda, ldw, ss_n, ss_g, sz_n, sz_g, sc_m, sc_n};

@@ -1,11 +1,11 @@
 """The CUDA int4 decode kernel (kernels/int4_gemv.cu, launched by kernels/int4_cuda.py) on a GPU: right, then
 how fast against bf16 and the Triton kernels.
 
-1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight: in registers, or in a
-   ring of 3, 4 or 6 groups a warp in shared memory) at every checked shape, both dtypes, against
-   ``int4_matmul_ref`` with the spec's tolerance, and bitwise repeatable; a configuration that fails is recorded
-   and never timed. A ring that does not fit the device's shared memory per block at a shape (eight warps of six
-   slots at 16 rows of a on an H100 or H200) is skipped there, recorded as such.
+1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight: in registers, or through
+   the bulk ring of 2, 3 or 4 stages a block in shared memory, filled by a producer warp with cp.async.bulk) at
+   every checked shape, both dtypes, against ``int4_matmul_ref`` with the spec's tolerance, and bitwise
+   repeatable; a configuration that fails is recorded and never timed. A ring that does not fit the device's
+   shared memory per block is skipped, recorded as such.
 2. At M in {1, 4, 16} and (N, K) in {(4096, 4096), (4096, 14336), (14336, 4096)}, bf16: each configuration, the
    launcher's own choice, the shipped Triton launcher (``int4_matmul``: the GEMV at M = 1, the tile kernel
    above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
@@ -60,17 +60,17 @@ CHECKS = ((1, 4096, 4096), (1, 5003, 4128), (16, 4096, 4096), (9, 333, 4192), (3
 # one row tile at every split and depth; two row tiles (the activations' loads shared) at depth 1
 REGISTER_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, s, d) for w in (4, 8) for s in (1, 2, 4, 8) for d in (1, 2)) + tuple(
     cu.CudaGemvConfig(8, 2, s, 1) for s in (1, 2, 4))
-# the shared-memory ring at one row tile: 3, 4 or 6 groups a warp in flight at 4 and 8 warps, and a split of 2 at
-# eight warps of four slots (the tickets' path with the ring); 7 configurations, 112 checks
-RING_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, 1, 1, st) for w in (4, 8) for st in (3, 4, 6)) + (
-    cu.CudaGemvConfig(8, 1, 2, 1, 4),)
+# the bulk ring at one row tile: 2, 3 or 4 stages in flight at 4 and 8 warps; splits of 2 at eight warps (the
+# tickets' path with the ring), two row tiles (32 rows a stage, a producer lane each); 9 configurations, 144 checks
+RING_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, 1, 1, st) for w in (4, 8) for st in (2, 3, 4)) + (
+    cu.CudaGemvConfig(8, 1, 2, 1, 2), cu.CudaGemvConfig(8, 1, 2, 1, 4), cu.CudaGemvConfig(8, 2, 1, 1, 2))
 CONFIGS = REGISTER_CONFIGS + RING_CONFIGS
 
 
 def fits(cfg, m) -> bool:
     """Whether the launcher takes ``cfg`` at ``m`` rows on this device (its ring in the shared memory a block
-    may opt into, beside the kernel's 16 static bytes)."""
-    return cfg.smem_bytes(m) + 16 <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    may opt into)."""
+    return cfg.smem_bytes(m) <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
 
 
 def check(spec, m, n, k, dtype_name, cfg) -> str | None:
@@ -170,6 +170,8 @@ def main() -> int:
                    "of the launcher's choice")
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
+    p.add_argument("--with-floors", action="store_true", help="with --quick, the floors all the same (two more "
+                   "builds): the launcher's and the fastest ring's")
     p.add_argument("--floors", action="store_true", help="the launcher's own configurations at M = 1 alone, "
                    "checked, timed and their floors timed: what bounds the decode shapes, in about a minute")
     args = p.parse_args()
@@ -179,7 +181,7 @@ def main() -> int:
         MS = (1,)
     if args.quick:
         CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
-        MS, FLOORS = (1, 4), False
+        MS, FLOORS = (1, 4), args.with_floors
     if args.call:
         m, n, k = map(int, args.call.split(","))
         cfg = cu.CudaGemvConfig(*map(int, args.config.split(","))) if args.config else None
