@@ -41,6 +41,9 @@
 #             planned launchers' tests on the GPU; all tarred into pending.tgz
 #   followup  after pending: the FP8 kernel (NCU_FP8, probe variants: overlap_s6) and the int4 M = 1
 #             kernel under Nsight Compute with the stall sampling per instruction; into followup.tgz
+#   int4-bulk int4_cuda_probe.py --quick --with-floors: the bulk ring's configurations checked at every shape, then
+#             timed beside the launcher's register path and bf16 at M = 1 and 4, the floors of both; then the ring at
+#             1 x 4096 x 4096 under Nsight Compute (BULK_CONFIG=W,RT,S,D,ST, default 8,1,1,1,4); into int4-bulk.tgz
 #   fp8-bench the planted backward kernels on the GPU (directly, and through the generated items of
 #             tests/specs/planted_backward.toml), then matmul_fp8's bench (the cuda backend beside the triton
 #             backend and _scaled_mm); into fp8-bench.tgz
@@ -343,6 +346,20 @@ case "$what" in
     echo "ncu int4: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|No Eligible" \
       "$R/ncu-int4-1,4096,4096.txt" | head -12
     tar -czf "$OUT/followup.tgz" -C "$OUT" followup && rm -rf "$R"
+    ;;
+  int4-bulk)
+    R="$OUT/int4-bulk"; mkdir -p "$R"
+    timeout "${BULK_PROBE_S:-400}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --quick --with-floors \
+      --out "$R" > "$R/probe.log" 2>&1
+    echo "int4 bulk probe: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-250
+    timeout 90 ncu --clock-control none --cache-control all --kernel-name regex:int4_gemv_mma --launch-skip 2 \
+      --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis python3 \
+      reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096 --config "${BULK_CONFIG:-8,1,1,1,4}" \
+      > "$R/ncu-bulk-1,4096,4096.txt" 2>&1
+    echo "ncu int4 bulk: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|No Eligible|Warp Cycles Per Issued" \
+      "$R/ncu-bulk-1,4096,4096.txt" | head -12
+    tar -czf "$OUT/int4-bulk.tgz" -C "$OUT" int4-bulk && rm -rf "$R"
     ;;
   fp8-bench)
     # matmul_fp8's cuda backend in the harness's own bench beside the triton backend and _scaled_mm, after the
