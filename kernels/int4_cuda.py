@@ -27,7 +27,9 @@ blocks (more blocks, fewer dependent rounds of loads each) never won, nor did a
 ring of each warp's next groups in shared memory filled by cp.async (1.4 to 2.2 times slower than the register path
 on an H100, reports/h100/experiments/int4-ring/). ``CudaGemvConfig.stages`` now takes a bulk ring instead
 (kernels/int4_gemv.cu says how): one producer warp streams a block's rows through shared memory with
-cp.async.bulk, so the computing warps issue no weight loads at all (sm_90 on).
+cp.async.bulk, so the computing warps issue no weight loads at all (sm_90 on). It was right at every check and
+no faster on an H100 (reports/h100/experiments/int4-bulk/: 8.78 against 8.70 us at 4096 x 4096; its loads alone
+7.52 us against 7.17): three ways of putting more bytes in flight, none faster than two groups in registers.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ class CudaGemvConfig:
         at N = 4096 it took K = 14336 from 20.2 to 18.5 us at M = 1 (20.5 to 19.0 at M = 4) and made no
         difference at K = 4096; at N = 14336 it did not help. Splits across blocks never won, nor did a
         cp.async ring a warp (1.4 to 2.2 times the register path's time on an H100,
-        reports/h100/experiments/int4-ring/); the bulk ring (``stages``) has not been timed yet."""
+        reports/h100/experiments/int4-ring/), nor the bulk ring (``stages``: 0.98x at 4096 x 4096 and 0.85-0.92x
+        at the 14336 shapes on an H100, reports/h100/experiments/int4-bulk/)."""
         return cls(8, 1, 1, 2 if n <= 4096 else 1)
 
 
