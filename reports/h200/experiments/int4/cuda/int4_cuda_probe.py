@@ -170,6 +170,8 @@ def main() -> int:
                    "of the launcher's choice")
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
+    p.add_argument("--configs", help="W,RT,S,D,ST;...: these configurations (with the launcher's own) instead of the "
+                   "sweep's, checked at every shape and timed at M = 1 and 4")
     p.add_argument("--with-floors", action="store_true", help="with --quick, the floors all the same (two more "
                    "builds): the launcher's and the fastest ring's")
     p.add_argument("--floors", action="store_true", help="the launcher's own configurations at M = 1 alone, "
@@ -179,6 +181,10 @@ def main() -> int:
     if args.floors:
         CONFIGS = tuple(dict.fromkeys(cu.CudaGemvConfig.for_shape(1, n, k) for n, k in NKS))
         MS = (1,)
+    if args.configs:
+        CONFIGS = tuple(cu.CudaGemvConfig(*map(int, c.split(","))) for c in args.configs.split(";")) + tuple(
+            dict.fromkeys(cu.CudaGemvConfig.for_shape(1, n, k) for n, k in NKS))
+        MS, FLOORS = (1, 4), args.with_floors
     if args.quick:
         CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
         MS, FLOORS = (1, 4), args.with_floors
