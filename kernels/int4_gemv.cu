@@ -368,7 +368,8 @@ __global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Param
         for (int tt = 0; tt < RT; ++tt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)  // past K the slot holds stale bytes: zeros instead, as the register path's
-            cur.w[tt][h] = ok ? *reinterpret_cast<const uint4*>(row + (tt * 16 + 8 * h) * pitch) : make_uint4(0, 0, 0, 0);
+            cur.w[tt][h] =
+                ok ? *reinterpret_cast<const uint4*>(row + (tt * 16 + 8 * h) * pitch) : make_uint4(0, 0, 0, 0);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[i]);
         mma_stage<T, RT, NT>(acc, cur);
