@@ -211,6 +211,14 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
 _PLANS = Plans()
 
 
+def plan_for(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, c: torch.Tensor,
+             fast_accum: bool = False):
+    """The plan :func:`matmul_fp8` keeps for these operands' signature, or None before a call has made one: a
+    launcher that routes calls here (kernels/matmul_fp8_cuda.py) keeps it as its own, so each later call makes one
+    plan lookup instead of two."""
+    return _PLANS.get((signature(a, b, scale_a, scale_b, c), bool(fast_accum), None))
+
+
 def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool, promote_every: int | None):
     """Checks the operands and returns ``launch(a, b, scale_a, scale_b, c)`` for their signature, or None where it
     launched the TMA route itself (planned then from the autotuner's pick)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from kernels.common import Plans, cuda_capability, cuda_source, load_cuda_extension, signature, sm_count
-from kernels.matmul_fp8 import matmul_fp8, matmul_fp8_ref
+from kernels.matmul_fp8 import matmul_fp8, matmul_fp8_ref, plan_for
 
 # matmul_fp8_ref is the reference this backend is checked against, exported beside it
 __all__ = ["WgmmaConfig", "build_cuda", "matmul_fp8_cuda", "matmul_fp8_ref", "unsupported"]
@@ -165,13 +165,19 @@ def matmul_fp8_cuda(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
         _launch(a, b, scale_a, scale_b, c, config, fast_accum)
         return
     sig = (signature(a, b, scale_a, scale_b, c), bool(fast_accum))
-    _PLANS.run(sig, lambda: _plan(a, b, scale_a, scale_b, c, bool(fast_accum)), a, b, scale_a, scale_b, c)
+    _PLANS.run(sig, lambda: _plan(sig, a, b, scale_a, scale_b, c, bool(fast_accum)), a, b, scale_a, scale_b, c)
 
 
-def _plan(a, b, scale_a, scale_b, c, fast_accum: bool):
+def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool):
     if unsupported(a, b, scale_a, scale_b, c) is not None:
+        # Through matmul_fp8 until it has planned this signature, then its plan is this one: a call routed there
+        # went through two launchers' plans, twice Triton's host time at M = 1 on an H100 (40.1 against 20.1 us,
+        # reports/h100/experiments/fp8-bench/).
         def triton(a, b, scale_a, scale_b, c):
             matmul_fp8(a=a, b=b, scale_a=scale_a, scale_b=scale_b, c=c, fast_accum=fast_accum)
+            planned = plan_for(a, b, scale_a, scale_b, c, fast_accum)
+            if planned is not None:
+                _PLANS.keep(sig, planned)
         return triton
     return _kernel(a, scale_a, scale_b, WgmmaConfig(mode="fast" if fast_accum else "overlap"))
 
