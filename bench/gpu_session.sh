@@ -44,6 +44,12 @@
 #   int4-bulk int4_cuda_probe.py --quick --with-floors: the bulk ring's configurations checked at every shape, then
 #             timed beside the launcher's register path and bf16 at M = 1 and 4, the floors of both; then the ring at
 #             1 x 4096 x 4096 under Nsight Compute (BULK_CONFIG=W,RT,S,D,ST, default 8,1,1,1,4); into int4-bulk.tgz
+#   read-floor reports/h200/experiments/int4/read_floor.py (the plain read of the decode shapes' weight bytes, an
+#             empty launch, bf16 F.linear, the int4 launcher), then the FP8 kernel at 4096^3 and int4 at 1 x 4096 x 4096
+#             under Nsight Compute, exported per SASS instruction (--page source --print-source sass --csv)
+#   fp8-store the FP8 wgmma kernel's probe (overlap, stream and fast modes: accuracy, then time against _scaled_mm),
+#             its full-tier cuda items, then matmul_fp8's bench; INT4_CONFIGS (W,RT,S,D,ST;...), if given, are
+#             then checked and timed by int4_cuda_probe.py --configs
 #   fp8-bench the planted backward kernels on the GPU (directly, and through the generated items of
 #             tests/specs/planted_backward.toml), then matmul_fp8's bench (the cuda backend beside the triton
 #             backend and _scaled_mm); into fp8-bench.tgz
@@ -360,6 +366,35 @@ case "$what" in
     echo "ncu int4 bulk: exit $?"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|No Eligible|Warp Cycles Per Issued" \
       "$R/ncu-bulk-1,4096,4096.txt" | head -12
     tar -czf "$OUT/int4-bulk.tgz" -C "$OUT" int4-bulk && rm -rf "$R"
+    ;;
+  read-floor)
+    R="$OUT/read-floor"; mkdir -p "$R/source"
+    timeout 240 python3 reports/h200/experiments/int4/read_floor.py --out "$R" 2>&1 | tee "$R/read_floor.log" | cut -c1-420
+    for k in fp8 int4; do
+      if [ "$k" = fp8 ]; then re=fp8_gemm_kernel; cmd=(reports/h200/experiments/fp8/wgmma/wgmma_probe.py --call
+        4096,4096,4096 --variants overlap_s6)
+      else re=int4_gemv_mma; cmd=(reports/h200/experiments/int4/cuda/int4_cuda_probe.py --call 1,4096,4096); fi
+      timeout 100 ncu --clock-control none --kernel-name "regex:$re" --launch-skip 2 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats -o "$R/source/$k" python3 "${cmd[@]}" \
+        > "$R/source/ncu-$k.log" 2>&1; echo "ncu $k: exit $?"
+      timeout 60 ncu --import "$R/source/$k.ncu-rep" --page source --print-source sass --csv \
+        > "$R/source/$k-sass.csv" 2> "$R/source/$k-import.err"; echo "ncu $k, per instruction: exit $?"
+    done
+    ;;
+  fp8-store)
+    R="$OUT/fp8-store"; mkdir -p "$R"
+    timeout 210 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R" --samples 20 \
+      --variants overlap_s6,stream_s6,fast_s6 --skip-triton --variant-timeout 60 > "$R/probe.log" 2>&1
+    echo "fp8 probe: exit $?"; tail -22 "$R/probe.log" | cut -c1-250
+    timeout 150 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k cuda -rfE \
+      > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
+    timeout "${FP8_BENCH_S:-140}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench" > "$R/bench.log" 2>&1
+    echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench/report.md" | grep cuda | head -9 | cut -c1-200
+    if [ -n "${INT4_CONFIGS:-}" ]; then
+      timeout 150 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --configs "$INT4_CONFIGS" \
+        --out "$R/int4" > "$R/int4-probe.log" 2>&1; echo "int4 configs: exit $?"
+      grep -vE "^ *File |^Traceback|^    " "$R/int4-probe.log" | tail -26 | cut -c1-230
+    fi
     ;;
   fp8-bench)
     # matmul_fp8's cuda backend in the harness's own bench beside the triton backend and _scaled_mm, after the
