@@ -44,6 +44,20 @@ def test_registering_an_unknown_or_second_implementation_is_an_error():
         registry.check("poison")(lambda run: None)
 
 
+def test_the_same_function_of_a_module_imported_again_replaces_the_first():
+    first, reads = registry.implementations()["poison"], registry._READS["poison"]
+
+    def again(*args, **kwargs):  # what importing first's module a second time makes: another object, same name
+        return first(*args, **kwargs)
+    again.__module__, again.__qualname__ = first.__module__, first.__qualname__
+    try:
+        assert registry.check("poison", reads=tuple(reads))(again) is again
+        assert registry.implementations()["poison"] is again
+    finally:
+        registry.check("poison", reads=tuple(reads))(first)
+    assert registry.implementations()["poison"] is first and registry._READS["poison"] == reads
+
+
 def test_docs_check_table_is_the_rendered_catalogue():
     text = CHECKS_DOC.read_text()
     section = text[text.index("\n## The checks\n"):]

@@ -35,9 +35,12 @@ def check(name: str, reads: tuple[str, ...] = ()) -> Callable[[Callable], Callab
         raise ValueError(f"no check {name!r} in harness.spec.checks.CHECKS")
 
     def register(fn: Callable) -> Callable:
-        if _IMPLEMENTATIONS.get(name, fn) is not fn:
-            raise ValueError(f"check {name!r} is implemented twice: {_IMPLEMENTATIONS[name].__qualname__}, "
-                             f"{fn.__qualname__}")
+        # The same function of the same module again is its module imported again (pytest's in-process runs drop
+        # the modules they imported, this registry's included only if it came with them): it replaces the first.
+        old = _IMPLEMENTATIONS.get(name, fn)
+        if old is not fn and (old.__module__, old.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"check {name!r} is implemented twice: {old.__module__}.{old.__qualname__}, "
+                             f"{fn.__module__}.{fn.__qualname__}")
         _IMPLEMENTATIONS[name] = fn
         _READS[name] = frozenset(reads)
         return fn
