@@ -110,6 +110,17 @@ class Plans:
                 self.keep(sig, launch)
         launch(*operands)
 
+    def delegate(self, sig: tuple | None, call: Callable[..., None], planned: Callable[..., Callable | None]):
+        """A plan that hands its operands to another launcher (``call``, with plans of its own) until ``planned``
+        (the operands) returns that launcher's plan for them, which it then keeps as its own for ``sig``: a call
+        one launcher routes to another makes one signature and one plan lookup, not two of each."""
+        def launch(*operands) -> None:
+            call(*operands)
+            plan = None if sig is None else planned(*operands)
+            if plan is not None:
+                self.keep(sig, plan)
+        return launch
+
     def __contains__(self, sig: tuple) -> bool:
         return sig in self._plans
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from kernels.common import Plans, cdiv, cuda_capability, cuda_source, load_cuda_extension, signature
-from kernels.int4_matmul import checked_trivial, int4_matmul
+from kernels.int4_matmul import checked_trivial, int4_matmul, plan_for
 from kernels.splitk import SPLIT_MAX, scratch, unused
 
 CUDA_SRC = cuda_source(Path(__file__).parent / "int4_gemv.cu")
@@ -152,10 +152,10 @@ def int4_matmul_cuda(*, a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     """``c = a @ dequant(w).T`` (kernels/int4_matmul.py has the format): the CUDA decode kernel where it
     applies, else the Triton kernels. ``config`` (tests, sweeps) replaces the kernel's configuration by shape."""
     sig = signature(a, w, scales, zeros, c) if config is None else None
-    _PLANS.run(sig, lambda: _plan(a, w, scales, zeros, c, config), a, w, scales, zeros, c)
+    _PLANS.run(sig, lambda: _plan(sig, a, w, scales, zeros, c, config), a, w, scales, zeros, c)
 
 
-def _plan(a, w, scales, zeros, c, config):
+def _plan(sig, a, w, scales, zeros, c, config):
     trivial = checked_trivial(a, w, scales, zeros, c, "int4_matmul_cuda")
     if trivial is not None:
         return trivial
@@ -165,7 +165,7 @@ def _plan(a, w, scales, zeros, c, config):
         if config is not None:
             raise ValueError("int4_matmul_cuda: a config was given but the CUDA kernel does not take these operands "
                              f"(a {tuple(a.shape)} strides {a.stride()}, w strides {w.stride()})")
-        return _triton
+        return _PLANS.delegate(sig, _triton, plan_for)  # one plan lookup a call, not two
     cfg = config or CudaGemvConfig.for_shape(m, n, k)
     module = _module(cuda_capability(a.device))
     blocks = cdiv(n, 16 * cfg.row_tiles)

@@ -297,6 +297,12 @@ _int4_matmul_launch = FastLaunch(_int4_matmul_kernel)
 _PLANS = Plans()
 
 
+def plan_for(a: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, c: torch.Tensor):
+    """The plan :func:`int4_matmul` keeps for these operands (its autotuned calls), or None before a call has made
+    one (for kernels.common.Plans.delegate)."""
+    return _PLANS.get(signature(a, w, scales, zeros, c))
+
+
 def int4_matmul(
     *,
     a: torch.Tensor,

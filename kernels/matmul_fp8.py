@@ -201,7 +201,7 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     ``promote_every`` (a tuning experiment: reports/h200/experiments/fp8/fp8_probe.py --promote) replaces the
     products per promotion into the fp32 accumulator, a multiple of the FP8 instruction's depth of 32; it always
     runs the pointer kernel."""
-    sig = (signature(a, b, scale_a, scale_b, c), bool(fast_accum), promote_every)
+    sig = _key(a, b, scale_a, scale_b, c, fast_accum, promote_every)
     _PLANS.run(sig, lambda: _plan(sig, a, b, scale_a, scale_b, c, bool(fast_accum), promote_every),
                a, b, scale_a, scale_b, c)
 
@@ -211,12 +211,15 @@ def matmul_fp8(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
 _PLANS = Plans()
 
 
+def _key(a, b, scale_a, scale_b, c, fast_accum, promote_every) -> tuple:
+    return signature(a, b, scale_a, scale_b, c), bool(fast_accum), promote_every
+
+
 def plan_for(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, c: torch.Tensor,
              fast_accum: bool = False):
-    """The plan :func:`matmul_fp8` keeps for these operands' signature, or None before a call has made one: a
-    launcher that routes calls here (kernels/matmul_fp8_cuda.py) keeps it as its own, so each later call makes one
-    plan lookup instead of two."""
-    return _PLANS.get((signature(a, b, scale_a, scale_b, c), bool(fast_accum), None))
+    """The plan :func:`matmul_fp8` keeps for these operands, or None before a call has made one (for
+    kernels.common.Plans.delegate)."""
+    return _PLANS.get(_key(a, b, scale_a, scale_b, c, fast_accum, None))
 
 
 def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool, promote_every: int | None):

@@ -170,15 +170,11 @@ def matmul_fp8_cuda(*, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, 
 
 def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool):
     if unsupported(a, b, scale_a, scale_b, c) is not None:
-        # Through matmul_fp8 until it has planned this signature, then its plan is this one: a call routed there
-        # went through two launchers' plans, twice Triton's host time at M = 1 on an H100 (40.1 against 20.1 us,
-        # reports/h100/experiments/fp8-bench/).
+        # delegated: through two launchers' plans a call took twice Triton's host time at M = 1 on an H100 (40.1
+        # against 20.1 us, reports/h100/experiments/fp8-bench/)
         def triton(a, b, scale_a, scale_b, c):
             matmul_fp8(a=a, b=b, scale_a=scale_a, scale_b=scale_b, c=c, fast_accum=fast_accum)
-            planned = plan_for(a, b, scale_a, scale_b, c, fast_accum)
-            if planned is not None:
-                _PLANS.keep(sig, planned)
-        return triton
+        return _PLANS.delegate(sig, triton, lambda *ops: plan_for(*ops, fast_accum))
     return _kernel(a, scale_a, scale_b, WgmmaConfig(mode="fast" if fast_accum else "overlap"))
 
 

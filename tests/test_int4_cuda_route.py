@@ -26,6 +26,7 @@ def routed(monkeypatch):
     monkeypatch.setattr(cu, "_module", lambda capability: recorder)
     monkeypatch.setattr(cu, "cuda_capability", lambda device: (9, 0))
     monkeypatch.setattr(cu, "int4_matmul", lambda **kw: triton_calls.append(kw["a"].shape[0]))
+    monkeypatch.setattr(cu, "plan_for", lambda *operands: None)  # the recorder above stands for the Triton kernel
     monkeypatch.setattr(cu, "_PLANS", cu.Plans())
     return recorder, triton_calls
 
@@ -99,3 +100,21 @@ def test_the_ring_shared_memory_matches_the_kernel_formula():
     assert cu.CudaGemvConfig(8, stages=4).smem_bytes(1) == 8 * 128 * 4 + 4 * (16 * 576 + 16) + 16
     assert cu.CudaGemvConfig(4, 2, stages=3).smem_bytes(16) == 4 * 2 * 2 * 128 * 4 + 3 * (32 * 320 + 16) + 16
     assert cu.CudaGemvConfig(8, 2).smem_bytes(16) == 8 * 2 * 2 * 128 * 4 + 16
+
+
+def test_a_call_routed_to_the_triton_kernels_then_takes_their_plan_directly():
+    from kernels import int4_matmul as q4
+    torch.manual_seed(2)
+    m, n, k = 12, 24, 256  # above the kernel's ROUTE_MAX_M, and CPU operands: the Triton kernels' call
+    a = torch.randn(m, k, dtype=torch.bfloat16)
+    w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8)
+    scales = torch.rand(n, k // 128, dtype=torch.bfloat16) * 0.01
+    zeros = torch.randint(0, 16, (n, k // 128), dtype=torch.uint8)
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    cu.int4_matmul_cuda(a=a, w=w, scales=scales, zeros=zeros, c=c)
+    first = c.clone()
+    planned = q4.plan_for(a, w, scales, zeros, c)
+    assert planned is not None and cu._PLANS.get(cu.signature(a, w, scales, zeros, c)) is planned
+    c.fill_(0)
+    cu.int4_matmul_cuda(a=a, w=w, scales=scales, zeros=zeros, c=c)  # now through that plan alone
+    assert torch.equal(c.view(torch.int16), first.view(torch.int16))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.matmul_fp8 import matmul_fp8
+from kernels.matmul_fp8 import matmul_fp8, plan_for
 from kernels.matmul_fp8_cuda import WgmmaConfig, matmul_fp8_cuda, unsupported
 
 
@@ -59,8 +59,7 @@ def test_without_one_the_call_goes_to_the_triton_kernel():
 
 
 def test_a_call_routed_to_the_triton_kernel_then_takes_its_plan_directly():
-    from kernels import matmul_fp8_cuda as cu
-    from kernels.matmul_fp8 import plan_for
+    import kernels.matmul_fp8_cuda as mod
     torch.manual_seed(1)
     a = torch.randn(8, 64).to(torch.float8_e4m3fn)
     b = torch.randn(24, 64).to(torch.float8_e4m3fn)
@@ -68,11 +67,11 @@ def test_a_call_routed_to_the_triton_kernel_then_takes_its_plan_directly():
     matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)
     first = c.clone()
     planned = plan_for(a, b, sa, sb, c)
-    assert planned is not None
-    assert cu._PLANS.get((cu.signature(a, b, sa, sb, c), False)) is planned
+    assert planned is not None and mod._PLANS.get((mod.signature(a, b, sa, sb, c), False)) is planned
     c.fill_(0)
     matmul_fp8_cuda(a=a, b=b, scale_a=sa, scale_b=sb, c=c)  # now through that plan alone
     assert torch.equal(c.view(torch.int16), first.view(torch.int16))
+
 
 def test_a_call_the_kernel_takes_goes_to_the_kernel(monkeypatch):
     # the route alone: the checks pass (patched), the built module is a recorder

@@ -90,6 +90,23 @@ def test_a_plan_holds_no_operand(plans):
     assert len(plans) == 1 and all(r() is None for r in refs)
 
 
+
+def test_a_delegated_plan_routes_until_the_other_launcher_has_planned_then_is_that_plan():
+    mine, theirs, calls = Plans(), {}, []
+
+    def call(x):  # another launcher: plans on its second call
+        calls.append(x)
+        if len(calls) == 2:
+            theirs["plan"] = lambda x: calls.append(("planned", x))
+
+    mine.keep(("sig",), mine.delegate(("sig",), call, lambda x: theirs.get("plan")))
+    for x in range(4):
+        mine.run(("sig",), lambda: None, x)
+    assert calls == [0, 1, ("planned", 2), ("planned", 3)] and mine.get(("sig",)) is theirs["plan"]
+    untracked = Plans()
+    untracked.delegate(None, call, lambda x: theirs["plan"])(5)  # no signature: nothing is kept
+    assert len(untracked) == 0
+
 def test_past_capacity_new_signatures_are_planned_every_call():
     kept = Plans(capacity=1)
     assert kept.keep(("a",), 1) == 1 and kept.keep(("b",), 2) == 2
