@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,23 @@ def test_registering_an_unknown_or_second_implementation_is_an_error():
         registry.check("poison")(lambda run: None)
 
 
+def _impostor(first):
+    def impostor(run):  # a pull request's function dressed as the harness's own
+        return None
+    impostor.__module__, impostor.__qualname__ = first.__module__, first.__qualname__
+    return impostor
+
+
 def test_the_same_function_of_a_module_imported_again_replaces_the_first():
     first, reads = registry.implementations()["poison"], registry._READS["poison"]
 
-    def again(*args, **kwargs):  # what importing first's module a second time makes: another object, same name
-        return first(*args, **kwargs)
-    again.__module__, again.__qualname__ = first.__module__, first.__qualname__
+    # what importing first's module a second time makes: another function object of the same code
+    again = types.FunctionType(first.__code__, first.__globals__, first.__name__, first.__defaults__,
+                               first.__closure__)
+    again.__qualname__ = first.__qualname__
+    impostor = _impostor(first)
+    with pytest.raises(ValueError, match="implemented twice"):  # the same names from another file
+        registry.check("poison", reads=tuple(reads))(impostor)
     try:
         assert registry.check("poison", reads=tuple(reads))(again) is again
         assert registry.implementations()["poison"] is again

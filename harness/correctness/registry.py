@@ -35,10 +35,11 @@ def check(name: str, reads: tuple[str, ...] = ()) -> Callable[[Callable], Callab
         raise ValueError(f"no check {name!r} in harness.spec.checks.CHECKS")
 
     def register(fn: Callable) -> Callable:
-        # The same function of the same module again is its module imported again (pytest's in-process runs drop
-        # the modules they imported, this registry's included only if it came with them): it replaces the first.
+        # The same function of the same module and source file again is its module imported again (pytest's
+        # in-process runs drop the modules they imported, this registry's included only if it came with them): it
+        # replaces the first. A function of another file is a second implementation, whatever names it takes.
         old = _IMPLEMENTATIONS.get(name, fn)
-        if old is not fn and (old.__module__, old.__qualname__) != (fn.__module__, fn.__qualname__):
+        if old is not fn and _origin(old) != _origin(fn):
             raise ValueError(f"check {name!r} is implemented twice: {old.__module__}.{old.__qualname__}, "
                              f"{fn.__module__}.{fn.__qualname__}")
         _IMPLEMENTATIONS[name] = fn
@@ -46,6 +47,11 @@ def check(name: str, reads: tuple[str, ...] = ()) -> Callable[[Callable], Callab
         return fn
     return register
 
+
+
+def _origin(fn: Callable) -> tuple:
+    code = getattr(fn, "__code__", None)
+    return fn.__module__, fn.__qualname__, code.co_filename if code else None
 
 def implementations() -> dict[str, Callable]:
     return dict(_IMPLEMENTATIONS)
