@@ -121,7 +121,7 @@ case "$what" in
     # The bench report of every kernel named, then Nsight Compute on each, into one folder (profile.json beside
     # results.json, so report.md carries the profile section), tarred.
     start=$SECONDS
-    timeout 300 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
+    timeout "${BENCH_S:-300}" python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
     echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
     OUT="$OUT/prof" PROFILE_TIMEOUT=200 bash bench/profile_gpu.sh --out "$OUT/h200" --timeout 60 "$@" 2>&1 | tail -40
     tar -C "$OUT" -czf "$OUT/h200.tar.gz" h200 && rm -rf "$OUT/h200"
@@ -137,7 +137,7 @@ case "$what" in
     ;;
   bench)
     start=$SECONDS
-    timeout 300 python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log"
+    timeout "${BENCH_S:-300}" python3 -m harness bench --refresh-ceilings --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log"
     echo "bench wall: $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
     tar -C "$OUT" -czf "$OUT/h200.tar.gz" h200 && rm -rf "$OUT/h200"
     ;;
