@@ -197,11 +197,15 @@ __device__ __forceinline__ void cluster_sync() {  // every thread of both CTAs, 
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// the same barrier's address in the peer CTA of the cluster, arrived on from here
+// the same barrier's address in the peer CTA of the cluster, arrived on from here. The arrive's default semantics
+// (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: what it orders is this warp's reads of the stage,
+// finished at wgmma.wait_group, before the peer's multicast overwrites it. `.release.cluster` compiled to a
+// fence per arrival: under Nsight Compute on an H100 the pair's top stall was a memory barrier, 48% of its cycles
+// (reports/h100/README.md, fp8-ncu).
 __device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t peer) {
   asm volatile(
       "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(peer)
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(peer)
       : "memory");
 }
 
