@@ -81,22 +81,31 @@ def interleaved_ratio(ours, theirs, calls: int = 50) -> tuple[float, list[float]
     return statistics.median(ratios), ratios
 
 
-def timed(owner, name: str, spent: dict):
-    """owner.name replaced by a wrapper adding its time per call to spent[name]; the original returned."""
-    real = getattr(owner, name)
+def _put(owner, name, value) -> None:
+    if isinstance(owner, dict):
+        owner[name] = value
+    else:
+        setattr(owner, name, staticmethod(value) if isinstance(owner, type) else value)
+
+
+def timed(owner, name, spent: dict):
+    """owner.name (owner[name] for a dict) replaced by a wrapper adding its time per call to spent[label]; the
+    original returned."""
+    real = owner[name] if isinstance(owner, dict) else getattr(owner, name)
+    label = name if isinstance(name, str) else "backward launch"
 
     def wrapper(*args, **kwargs):
         t = time.perf_counter_ns()
         try:
             return real(*args, **kwargs)
         finally:
-            spent[name] = spent.get(name, 0) + time.perf_counter_ns() - t
+            spent[label] = spent.get(label, 0) + time.perf_counter_ns() - t
 
-    setattr(owner, name, staticmethod(wrapper) if isinstance(owner, type) else wrapper)
+    _put(owner, name, wrapper)
     return real
 
 
-def inside_autograd(fwd, wrt, g, ln, calls: int = 50, pause_s: float = 0.0) -> dict:
+def inside_autograd(fwd, wrt, g, fn_cls, plan, calls: int = 50, pause_s: float = 0.0) -> dict:
     """Where one forward-and-backward's host time goes inside autograd: the Function's forward and backward and
     the launchers they call, timed from within (perf_counter around each), against the whole call; the rest is
     the autograd machinery and the handoff to its device thread. Medians of REPEATS timings.
@@ -104,8 +113,11 @@ def inside_autograd(fwd, wrt, g, ln, calls: int = 50, pause_s: float = 0.0) -> d
     ``pause_s``: a sleep after each call (the GIL released), its own time taken out of the whole: whatever
     autograd's device thread still does with the GIL once a call has returned then no longer competes with the
     next forward's Python."""
-    fn_cls = ln.LayerNormFunction
-    names = [(fn_cls, "forward"), (fn_cls, "backward"), (ln, "layernorm"), (ln, "layernorm_bwd")]
+    # the Function's forward and backward, and the launches of its plan (kernels/norm_autograd.py): the forward
+    # launcher's, and the backward launcher's for this grad_out
+    bwd = plan._bwd._plans
+    names = [(fn_cls, "forward"), (fn_cls, "backward"), (plan, "fwd"), (bwd, next(iter(bwd)))]
+    labels = ["forward", "backward", "fwd", "backward launch"]
     rows: dict[str, list[float]] = {}
     for _ in range(REPEATS):
         spent: dict = {}
@@ -126,13 +138,13 @@ def inside_autograd(fwd, wrt, g, ln, calls: int = 50, pause_s: float = 0.0) -> d
             whole = time.perf_counter_ns() - t - paused
         finally:
             for (owner, name), real in zip(names, reals, strict=True):
-                setattr(owner, name, staticmethod(real) if isinstance(owner, type) else real)
+                _put(owner, name, real)
         torch.cuda.synchronize()
-        per = {name: spent.get(name, 0) / 1e3 / calls for _, name in names}
+        per = {label: spent.get(label, 0) / 1e3 / calls for label in labels}
         per["whole call"] = whole / 1e3 / calls
         per["outside the Function (autograd)"] = per["whole call"] - per["forward"] - per["backward"]
-        per["Function.forward less its launcher"] = per["forward"] - per["layernorm"]
-        per["Function.backward less its launcher"] = per["backward"] - per["layernorm_bwd"]
+        per["Function.forward less its launch"] = per["forward"] - per["fwd"]
+        per["Function.backward less its launches"] = per["backward"] - per["backward launch"]
         for k, v in per.items():
             rows.setdefault(k, []).append(v)
     where = f"layernorm inside autograd, {pause_s * 1e3:g} ms pause after each call" if pause_s else \
@@ -149,6 +161,10 @@ def in_thread(fn):
     return out[0]
 
 
+def no_op(*operands) -> None:
+    """A launch replaced: what the rest of the call costs without it."""
+
+
 class PassThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -157,6 +173,15 @@ class PassThrough(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def planned_pass_through():
+    """PassThrough as a kernels.norm_autograd.PlannedFunction: what its apply saves on the engine's own cost."""
+    from kernels.norm_autograd import PlannedFunction
+
+    class PlannedPassThrough(PlannedFunction):
+        forward, backward = staticmethod(PassThrough.forward), staticmethod(PassThrough.backward)
+    return PlannedPassThrough
 
 
 def main() -> int:
@@ -169,7 +194,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     from kernels import layernorm as ln
+    from kernels import layernorm_bwd as lnb
     from kernels import rmsnorm_bwd as rb
+    from kernels.common import signature
 
     dev, dt = "cuda", torch.bfloat16
     x = torch.randn(args.tokens, args.hidden, device=dev, dtype=dt)
@@ -178,13 +205,14 @@ def main() -> int:
     leaves = [t.detach().requires_grad_() for t in (x, w, b)]
     xl, wl, bl = leaves
     fns = {
-        "layernorm": lambda: ln.LayerNormFunction.apply(xl, wl, bl, 1e-5),
+        "layernorm": lambda: lnb.LayerNormFunction.apply(xl, wl, bl, 1e-5),
         "rmsnorm": lambda: rb.RMSNormFunction.apply(xl, wl, 1e-6),
         "torch layer_norm": lambda: torch.nn.functional.layer_norm(xl, (args.hidden,), wl, bl, 1e-5),
+        "torch rms_norm": lambda: torch.nn.functional.rms_norm(xl, (args.hidden,), wl, 1e-6),
     }
     rows = {}
     for name, fwd in fns.items():
-        wrt = (xl, wl, bl) if name != "rmsnorm" else (xl, wl)
+        wrt = (xl, wl) if "rms" in name else (xl, wl, bl)
         graph = fwd()
         rows[f"{name}: forward (graph built)"] = host_us(fwd)
         rows[f"{name}: backward on one graph (retained)"] = host_us(
@@ -201,30 +229,34 @@ def main() -> int:
     rows["layernorm: forward launcher with statistics, no autograd"] = host_us(
         lambda: ln.layernorm(x=x, weight=w, bias=b, out=y, eps=1e-5, has_bias=True, mean=mean, rstd=rstd))
     rows["layernorm: backward launcher, no autograd"] = host_us(
-        lambda: ln.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+        lambda: lnb.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
                                  has_bias=True, mean=mean, rstd=rstd))
     # autograd runs the backward of CUDA tensors on a device thread of its own: the same launcher from a second thread
     # (on the H100, 2026-12-07, its backward took 316 us inside autograd against 44 us called directly)
     rows["layernorm: backward launcher, no autograd, from a second thread"] = in_thread(lambda: host_us(
-        lambda: ln.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
+        lambda: lnb.layernorm_bwd(x=x, weight=w, grad_out=g, grad_x=gx, grad_weight=gw, grad_bias=gb, eps=1e-5,
                                  has_bias=True, mean=mean, rstd=rstd)))
-    # the Function's backward itself (norm_backward and the launcher) with a stand-in ctx, no autograd engine: on
-    # the calling thread, then from a second thread
-    ctx = SimpleNamespace(saved_tensors=(x, w, mean, rstd), stats=("mean", "rstd"), eps=1e-5, has_bias=True,
+    # the Function's backward itself (its plan's backward and the launcher) with a stand-in ctx, no autograd
+    # engine: on the calling thread, then from a second thread
+    plan = lnb._AUTOGRAD._plans.get(signature(xl, wl, bl))  # made by the calls above
+    ctx = SimpleNamespace(saved_tensors=(x, w, mean, rstd), plan=plan, eps=1e-5,
                           needs_input_grad=(True, True, True, False))
     rows["layernorm: LayerNormFunction.backward called directly"] = host_us(
-        lambda: ln.LayerNormFunction.backward(ctx, g))
+        lambda: lnb.LayerNormFunction.backward(ctx, g))
     rows["layernorm: LayerNormFunction.backward called directly, from a second thread"] = in_thread(lambda: host_us(
-        lambda: ln.LayerNormFunction.backward(ctx, g)))
-    real_fwd, real_bwd = ln.layernorm, ln.layernorm_bwd
-    ln.layernorm, ln.layernorm_bwd = (lambda **kw: None), (lambda **kw: None)
+        lambda: lnb.LayerNormFunction.backward(ctx, g)))
+    bwd = plan._bwd._plans
+    real_fwd, real_bwd = plan.fwd, dict(bwd)
+    plan.fwd = no_op
+    bwd.update(dict.fromkeys(bwd, no_op))
     try:
-        rows["layernorm: forward and backward, launchers replaced by no-ops"] = host_us(
+        rows["layernorm: forward and backward, launches replaced by no-ops"] = host_us(
             lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g))
     finally:
-        ln.layernorm, ln.layernorm_bwd = real_fwd, real_bwd
-    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, ln))
-    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, ln, pause_s=5e-4))
+        plan.fwd = real_fwd
+        bwd.update(real_bwd)
+    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, lnb.LayerNormFunction, plan))
+    rows.update(inside_autograd(fns["layernorm"], (xl, wl, bl), g, lnb.LayerNormFunction, plan, pause_s=5e-4))
     # the engine alone: a Function whose forward allocates its output and whose backward returns its gradient,
     # CUDA tensors (backward on autograd's device thread) against CPU tensors (backward on the calling thread)
     for where in ("cuda", "cpu"):
@@ -232,6 +264,9 @@ def main() -> int:
         seed = torch.randn_like(leaf)
         rows[f"pass-through Function: forward and backward, {where} tensors"] = host_us(
             lambda leaf=leaf, seed=seed: torch.autograd.grad(PassThrough.apply(leaf), (leaf,), seed))
+    planned = planned_pass_through()
+    rows["pass-through PlannedFunction: forward and backward, cuda tensors"] = host_us(
+        lambda: torch.autograd.grad(planned.apply(xl), (xl,), g))
     for k, v in rows.items():
         print(f"{v:9.1f} us  {k}", flush=True)
     for k, v in ratios.items():

@@ -159,6 +159,12 @@ def _on_cuda(args) -> bool:
     return t is not None and t.device.type == "cuda"
 
 
+def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
+    """The norms' accumulation type for ``t`` (their statistics, partial sums): fp32, or fp64 for fp64 tensors (as
+    the references' upcast)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
 def interpreted(t: torch.Tensor) -> bool:
     """Whether a launch on ``t`` runs under the Triton interpreter.
 

@@ -14,13 +14,16 @@ import triton
 import triton.language as tl
 
 from kernels.common import (
+    Plans,
     cdiv,
     cuda_capability,
     interpreted,
     load_cuda_extension,
     needs_bf16_rounding,
     next_power_of_2,
+    no_launch,
     round_to_bf16,
+    signature,
 )
 from kernels.fastlaunch import FastLaunch
 
@@ -113,19 +116,31 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> N
 _rmsnorm_launch = FastLaunch(_rmsnorm_kernel)
 
 
+_PLANS = Plans()
+
+
 def rmsnorm(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
-    """Triton RMSNorm; any strides on x, weight and out."""
+    """Triton RMSNorm; any strides on x, weight and out. Planned per call signature (kernels.common.Plans)."""
+    _PLANS.run(signature(x, weight, out), lambda: forward_plan(x, weight, out), x, weight, out, eps)
+
+
+def forward_plan(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor):
+    """Checks the operands and works out :func:`rmsnorm`'s launch for their signature: ``launch(x, weight, out,
+    eps)``."""
     _check_shapes(x, weight, out)
     n_rows, n_cols = x.shape
     if x.numel() == 0:
-        return
+        return no_launch
     cfg = RMSNormConfig.for_shape(n_rows, n_cols, interpreted(x))
-    _rmsnorm_launch[(cdiv(n_rows, cfg.block_m),)](
-        x, weight, out, n_rows, n_cols,
-        x.stride(0), x.stride(1), weight.stride(0), out.stride(0), out.stride(1), eps,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,
+    scalars = (n_rows, n_cols, x.stride(0), x.stride(1), weight.stride(0), out.stride(0), out.stride(1))
+    fast = _rmsnorm_launch.pinned(
+        (cdiv(n_rows, cfg.block_m),), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SINGLE_PASS=cfg.single_pass,
         RNE_BF16=needs_bf16_rounding(out), num_warps=cfg.num_warps,
     )  # fmt: skip
+
+    def launch(x, weight, out, eps):
+        fast(x, weight, out, *scalars, float(eps))
+    return launch
 
 
 def rmsnorm_ref(*, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:

@@ -39,16 +39,26 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.common import Plans, cdiv, dependent_launch, interpreted, next_power_of_2, no_launch, signature, sm_count
+from kernels.common import (
+    Plans,
+    accumulation_dtype,
+    cdiv,
+    dependent_launch,
+    interpreted,
+    next_power_of_2,
+    no_launch,
+    signature,
+    sm_count,
+)
 from kernels.fastlaunch import FastLaunch
-from kernels.rmsnorm import rmsnorm
+from kernels.norm_autograd import NormLaunchers, NormPlans, PlannedFunction
+from kernels.rmsnorm import forward_plan as _fwd_plan
 
 
 @dataclass(frozen=True)
@@ -141,8 +151,9 @@ class NormBwdConfig:
 
 
 def accumulator(t: torch.Tensor):
-    """The kernels' accumulation type for ``t``: fp32, or fp64 for fp64 tensors (as the references' upcast)."""
-    return (torch.float64, tl.float64) if t.dtype == torch.float64 else (torch.float32, tl.float32)
+    """The kernels' accumulation type for ``t`` (kernels.common.accumulation_dtype), in torch and in Triton."""
+    acc = accumulation_dtype(t)
+    return acc, (tl.float64 if acc == torch.float64 else tl.float32)
 
 
 def config_for(x: torch.Tensor, grad_out: torch.Tensor, config: NormBwdConfig | None, who: str,
@@ -155,7 +166,7 @@ def config_for(x: torch.Tensor, grad_out: torch.Tensor, config: NormBwdConfig | 
     return cfg
 
 
-# Building blocks of the RMSNorm and LayerNorm backward kernels (kernels/layernorm.py imports them).
+# Building blocks of the RMSNorm and LayerNorm backward kernels (kernels/layernorm_bwd.py imports them).
 
 
 @triton.jit
@@ -417,66 +428,31 @@ def rmsnorm_bwd_ref(*, x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Te
     grad_weight.copy_((dy * xhat).sum(dim=0))
 
 
-def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x as rows ``[-1, hidden]`` (a view where its strides allow) and an empty contiguous tensor of their shape.
-    Each step is host time an eager caller waits on: x itself when it is rows already, and empty_like, which
-    parses no dtype or device (a third of torch.empty's time on a CPU)."""
-    if x.dim() == 2:
-        rows = x
-    else:  # reshape(-1, 0) cannot infer the row count
-        rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    return rows, torch.empty_like(rows, memory_format=torch.contiguous_format)
+def _forward_plan(rows, weight, bias, out, mean, rstd):
+    plan = _fwd_plan(rows, weight, out)
+    return lambda rows, weight, bias, out, mean, rstd, eps: plan(rows, weight, out, eps)
 
 
-# The autograd.Functions of RMSNorm and LayerNorm (kernels/layernorm.py) share their skeleton: both launchers
-# take rows, and both backwards take x's rows and weight (RMSNorm recomputes rstd; LayerNorm's forward saves its
-# mean and rstd as well).
+def _backward_plan(rows, weight, grad_rows, grad_x, grad_weight, grad_bias, mean, rstd):
+    plan = _bwd_plan(rows, weight, grad_rows, grad_x, grad_weight, None)
+    return lambda rows, weight, grad_rows, grad_x, grad_weight, grad_bias, mean, rstd, eps: plan(
+        rows, weight, grad_rows, grad_x, grad_weight, eps)
 
 
-def norm_forward(ctx, forward, x: torch.Tensor, weight: torch.Tensor, eps: float, stats: bool = False,
-                 **kwargs) -> torch.Tensor:
-    """``forward`` (a destination-passing norm over the last dimension) on x's rows into a new output, in x's
-    shape; saves what :func:`norm_backward` takes. With ``stats`` the forward also writes each row's ``mean``
-    and ``rstd`` (in the accumulation type), which are saved too."""
-    x2, out = as_rows(x)
-    kept = {}
-    if stats:
-        acc = accumulator(x2)[0]
-        kept = {"mean": torch.empty(x2.shape[0], dtype=acc, device=x.device),
-                "rstd": torch.empty(x2.shape[0], dtype=acc, device=x.device)}
-    forward(x=x2, weight=weight, out=out, eps=eps, **kept, **kwargs)
-    ctx.save_for_backward(x2, weight, *kept.values())
-    ctx.stats = tuple(kept)
-    ctx.eps = eps
-    return out if x.dim() == 2 else out.view(x.shape)
+_AUTOGRAD = NormPlans(NormLaunchers(forward=_forward_plan, backward=_backward_plan, bias=False, stats=False))
 
 
-def norm_backward(ctx, backward, grad_out: torch.Tensor, params=("weight",), absent=(), **kwargs) -> tuple:
-    """``backward`` on the rows :func:`norm_forward` saved: grad_x in grad_out's shape, then one gradient of
-    weight's shape per name in ``params`` (passed as ``grad_<name>``; None for a name in ``absent`` and where
-    autograd needs none). Each is written whether or not it is needed: one launch computes them all."""
-    x2, weight, *stats = ctx.saved_tensors
-    _, grad_x = as_rows(x2)
-    grads = {p: None if p in absent else torch.empty_like(weight) for p in params}
-    rows = grad_out.dim() == 2  # as x was: its rows, and grad_x, need no view
-    backward(x=x2, weight=weight, grad_out=grad_out if rows else grad_out.reshape(x2.shape), grad_x=grad_x,
-             eps=ctx.eps, **{f"grad_{p}": g for p, g in grads.items()}, **dict(zip(ctx.stats, stats, strict=True)),
-             **kwargs)
-    need = ctx.needs_input_grad[1:1 + len(grads)]
-    grad_x = grad_x if rows else grad_x.view(grad_out.shape)
-    return grad_x, *(g if n else None for g, n in zip(grads.values(), need, strict=True))
-
-
-class RMSNormFunction(torch.autograd.Function):
-    """RMSNorm over the last dimension of x (any leading dimensions): the Triton forward, the Triton backward."""
+class RMSNormFunction(PlannedFunction):
+    """RMSNorm over the last dimension of x (any leading dimensions): the Triton forward, the Triton backward,
+    planned per call signature (kernels/norm_autograd.py)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return norm_forward(ctx, rmsnorm, x, weight, eps)
+        return _AUTOGRAD.forward(ctx, x, weight, None, eps)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        return *norm_backward(ctx, rmsnorm_bwd, grad_out), None
+        return *_AUTOGRAD.backward(ctx, grad_out), None
 
 
 def rmsnorm_autograd(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from harness.correctness.numerics import bitwise_equal, mismatch
 from harness.spec.model import DEFAULT_TOLERANCES, Tolerance
-from kernels.layernorm import layernorm_autograd, layernorm_bwd, layernorm_bwd_ref
+from kernels.layernorm_bwd import layernorm_autograd, layernorm_bwd, layernorm_bwd_ref
 from kernels.rmsnorm_bwd import NormBwdConfig, rmsnorm_autograd, rmsnorm_bwd, rmsnorm_bwd_ref
 from kernels.silu_and_mul import SiluAndMulConfig, silu_and_mul_autograd, silu_and_mul_bwd, silu_and_mul_bwd_ref
 from kernels.softmax import SoftmaxBwdConfig, softmax_autograd, softmax_bwd, softmax_bwd_ref
