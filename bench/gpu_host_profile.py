@@ -51,6 +51,13 @@ CASES = (
               "batch=4,heads=32,seq_q=4096,head_dim=128,causal=true"),
     CheckCase("matmul_fp8-M4096", "specs/matmul_fp8.toml", "triton", "M=4096,N=4096,K=4096,per_row=0"),
     CheckCase("scaled_mm-M4096", "specs/matmul_fp8.toml", "torch", "M=4096,N=4096,K=4096,per_row=0"),
+    # a call the CUDA backend routes to the Triton one (M not a multiple of 128): Plans.delegate keeps the
+    # Triton launcher's plan as the routing launcher's own, so one plan lookup, not two
+    CheckCase("matmul_fp8_cuda-M1", "specs/matmul_fp8.toml", "cuda", "M=1,N=4096,K=4096,per_row=0"),
+    CheckCase("matmul_fp8-M1", "specs/matmul_fp8.toml", "triton", "M=1,N=4096,K=4096,per_row=0"),
+    CheckCase("scaled_mm-M1", "specs/matmul_fp8.toml", "torch", "M=1,N=4096,K=4096,per_row=0"),
+    CheckCase("int4_cuda-M32", "specs/int4_matmul.toml", "cuda", "M=32,N=4096,K=4096"),
+    CheckCase("int4-M32", "specs/int4_matmul.toml", "triton", "M=32,N=4096,K=4096"),
 )
 
 

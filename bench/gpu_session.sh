@@ -57,6 +57,10 @@
 #             tests/test_plans.py, the norms' generated tests, then bench/gpu_autograd_host.py; then matmul_fp8's
 #             generated tests at the full tier, its cuda backend among them (into verify.tgz)
 #   autograd  bench/gpu_autograd_host.py alone (LayerNorm's host time split inside and outside autograd)
+#   norms-fp8 the norms' planned Functions (kernels/norm_autograd.py) on the GPU: their tests, the planted backward
+#             items, then bench/gpu_autograd_host.py; the FP8 wgmma kernel's probe (FP8_VARIANTS, default overlap_s6
+#             and the multicast pairs and squares); gpu_host_profile.py on the delegating launchers (HOST_CASES);
+#             into norms-fp8.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -409,6 +413,24 @@ case "$what" in
     echo "matmul_fp8 bench: exit $?"; grep -vE "^\[" "$R/bench.log" | tail -5; grep -E "speedup|x torch|cuda" \
       "$R/bench/report.md" | head -30 | cut -c1-250
     tar -czf "$OUT/fp8-bench.tgz" -C "$OUT" fp8-bench && rm -rf "$R"
+    ;;
+  norms-fp8)
+    R="$OUT/norms-fp8"; mkdir -p "$R"
+    timeout 150 python3 -m pytest tests/test_norm_autograd.py tests/test_backward_kernels.py tests/test_plans.py -q -rfE \
+      -p no:cacheprovider > "$R/pytest-norms.log" 2>&1; echo "norm Functions, backward kernels, plans: exit $?"
+    tail -2 "$R/pytest-norms.log"
+    timeout 60 python3 -m pytest tests/test_backward_planted.py -q -rfE -p no:cacheprovider \
+      > "$R/pytest-planted.log" 2>&1; echo "planted backward kernels: exit $?"; tail -2 "$R/pytest-planted.log"
+    timeout 150 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; grep -E " (us|x) |pairs" "$R/autograd.log" | cut -c1-200
+    timeout 240 python3 reports/h200/experiments/fp8/wgmma/wgmma_probe.py --out "$R/fp8" --samples 20 \
+      --variants "${FP8_VARIANTS:-overlap_s6,overlap_s6_c2,fast_s6_c2,overlap_s6_c4}" --skip-triton \
+      --variant-timeout 60 > "$R/fp8-probe.log" 2>&1
+    echo "fp8 probe: exit $?"; tail -24 "$R/fp8-probe.log" | cut -c1-250
+    timeout 90 python3 bench/gpu_host_profile.py --out "$R/host" --calls 200 \
+      --only "${HOST_CASES:-matmul_fp8_cuda-M1,matmul_fp8-M1,scaled_mm-M1,int4_cuda-M32,int4-M32}" \
+      > "$R/host-profile.log" 2>&1; echo "host profile: exit $?"; grep -E "us/call|ERROR" "$R/host-profile.log" | head -12
+    tar -czf "$OUT/norms-fp8.tgz" -C "$OUT" norms-fp8 && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
