@@ -61,6 +61,8 @@
 #             items, then bench/gpu_autograd_host.py; the FP8 wgmma kernel's probe (FP8_VARIANTS, default overlap_s6
 #             and the multicast pairs and squares); gpu_host_profile.py on the delegating launchers (HOST_CASES);
 #             into norms-fp8.tgz
+#   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at M = 1, 4
+#             and 16 beside the launcher's own and bf16; into int4-configs.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -431,6 +433,13 @@ case "$what" in
       --only "${HOST_CASES:-matmul_fp8_cuda-M1,matmul_fp8-M1,scaled_mm-M1,int4_cuda-M32,int4-M32}" \
       > "$R/host-profile.log" 2>&1; echo "host profile: exit $?"; grep -E "us/call|ERROR" "$R/host-profile.log" | head -12
     tar -czf "$OUT/norms-fp8.tgz" -C "$OUT" norms-fp8 && rm -rf "$R"
+    ;;
+  int4-configs)
+    R="$OUT/int4-configs"; mkdir -p "$R"
+    timeout "${INT4_PROBE_S:-300}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py \
+      --configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST;...}" --out "$R" > "$R/probe.log" 2>&1
+    echo "int4 configs: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
+    tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
