@@ -14,10 +14,11 @@ goes to kernels.matmul_fp8's Triton kernel (which also names a malformed operand
 given (a probe's): then it is a ValueError. specs/matmul_fp8.toml declares it as the cuda backend, first in the
 fallback order; its generated tests at the full tier passed on an H100 (reports/h100/experiments/verify/).
 On an H100 its error equalled _scaled_mm's, and promoting it ran as fast as without the promotion
-(reports/h100/README.md: fp8-clusters; clusters of 2 and 4 CTAs, WgmmaConfig.cluster, were slower). With c stored
-16 bytes a lane (the epilogue's 4-byte stores had written every sector in halves), the harness's bench on an H100
-(reports/h100/experiments/fp8-store/bench/) put it at 0.902x _scaled_mm at 4096^3 per tensor and 0.92-0.94x per row
-at the 4096 shapes, from 0.70-0.85x before; 0.754x at 8192^3 per tensor.
+(reports/h100/README.md: fp8-clusters). With c stored 16 bytes a lane (the epilogue's 4-byte stores had written
+every sector in halves), the harness's bench on an H100 (reports/h100/experiments/fp8-store/bench/) put it at 0.902x
+_scaled_mm at 4096^3 per tensor and 0.92-0.94x per row at the 4096 shapes, from 0.70-0.85x before; 0.754x at 8192^3
+per tensor, where pairs of CTAs sharing b through multicast (WgmmaConfig.cluster) then took it to 0.873x once their
+arrivals on each other's barriers no longer fenced (reports/h100/experiments/norms-fp8/).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ class WgmmaConfig:
     mode: str = "overlap"
     # 2: pairs of CTAs (a cluster) on vertically adjacent tiles, each loading half of b's tile and multicasting it
     # to both, which halves b's reads from L2 (a 128 x 128 tile reads 128 FLOP per byte without it); M must then
-    # be a multiple of 256. 4: a 2 x 2 square of tiles, a and b each multicast to a pair, both reads halved; M and
-    # N multiples of 256. Neither is the default until a GPU has measured them.
+    # be a multiple of 256 (the launcher's choice for large outputs: default_config). 4: a 2 x 2 square of tiles,
+    # a and b each multicast to a pair, both reads halved; M and N multiples of 256 (slower than pairs on an H100).
     cluster: int = 1
 
     def __post_init__(self):
@@ -175,7 +176,21 @@ def _plan(sig, a, b, scale_a, scale_b, c, fast_accum: bool):
         def triton(a, b, scale_a, scale_b, c):
             matmul_fp8(a=a, b=b, scale_a=scale_a, scale_b=scale_b, c=c, fast_accum=fast_accum)
         return _PLANS.delegate(sig, triton, lambda *ops: plan_for(*ops, fast_accum))
-    return _kernel(a, scale_a, scale_b, WgmmaConfig(mode="fast" if fast_accum else "overlap"))
+    return _kernel(a, scale_a, scale_b, default_config(a.shape[0], b.shape[0], fast_accum))
+
+
+# Outputs of at least this many elements take pairs of CTAs sharing b (WgmmaConfig.cluster 2). On an H100, with the
+# peer arrivals' fence gone (reports/h100/experiments/norms-fp8/): 8192^3 from 0.763x to 0.873x _scaled_mm per
+# tensor and 0.918x to 0.938x per row; 4096^3 from 0.900x / 0.970x down to 0.849x / 0.886x. Between the two (say
+# 4096 x 14336) nothing was measured, so the smaller shapes keep single CTAs.
+CLUSTER_MIN_OUTPUT = 8192 * 8192
+
+
+def default_config(m: int, n: int, fast_accum: bool) -> WgmmaConfig:
+    """The launcher's configuration for an M x N output, where no configuration is given."""
+    mode = "fast" if fast_accum else "overlap"
+    pair = WgmmaConfig(mode=mode, cluster=2)
+    return pair if m * n >= CLUSTER_MIN_OUTPUT and pair.takes(m, n) else WgmmaConfig(mode=mode)
 
 
 def _launch(a, b, scale_a, scale_b, c, cfg: WgmmaConfig, fast_accum: bool) -> None:

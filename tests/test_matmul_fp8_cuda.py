@@ -93,3 +93,13 @@ def test_a_call_the_kernel_takes_goes_to_the_kernel(monkeypatch):
     mod.matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(128, 1), scale_b=torch.ones(1, 1), c=c)
     mod.matmul_fp8_cuda(a=a, b=b, scale_a=torch.ones(128, 1), scale_b=torch.ones(1, 1), c=c, fast_accum=True)
     assert calls == [(1, 0, 6, mod.MODES["overlap"], 1, 132), (1, 0, 6, mod.MODES["fast"], 1, 132)]
+
+
+def test_large_outputs_take_pairs_of_ctas_and_the_rest_single_ones():
+    from kernels.matmul_fp8_cuda import CLUSTER_MIN_OUTPUT, WgmmaConfig, default_config
+
+    assert default_config(8192, 8192, False) == WgmmaConfig(cluster=2)
+    assert default_config(8192, 8192, True) == WgmmaConfig(mode="fast", cluster=2)
+    assert default_config(4096, 4096, False) == WgmmaConfig()
+    # a pair needs M a multiple of 256: an odd count of tile rows stays single however large the output
+    assert 8320 * 8192 >= CLUSTER_MIN_OUTPUT and default_config(8320, 8192, False).cluster == 1
