@@ -63,6 +63,8 @@
 #             into norms-fp8.tgz
 #   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at M = 1, 4
 #             and 16 beside the launcher's own and bf16; into int4-configs.tgz
+#   fp8-pairs matmul_fp8's full-tier cuda items (the pairs of CTAs at 8192 x 8192), its bench, then LayerNorm's and
+#             RMSNorm's benches in full mode (LN_PROVIDERS) for the planned Functions' host time; into fp8-pairs.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -440,6 +442,19 @@ case "$what" in
       --configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST;...}" --out "$R" > "$R/probe.log" 2>&1
     echo "int4 configs: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
     tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"
+    ;;
+  fp8-pairs)
+    R="$OUT/fp8-pairs"; mkdir -p "$R"
+    timeout 170 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k cuda -rfE \
+      > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
+    timeout "${FP8_BENCH_S:-150}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench-fp8" > "$R/bench-fp8.log" 2>&1
+    echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench-fp8/report.md" | grep cuda | head -9 | cut -c1-200
+    for k in layernorm rmsnorm; do
+      timeout "${LN_BENCH_S:-100}" python3 -m harness bench --kernel "$k" --mode full \
+        --provider "${LN_PROVIDERS:-triton,torch_layer_norm,torch_rms_norm}" --out "$R/bench-$k" > "$R/bench-$k.log" 2>&1
+      echo "$k bench (full): exit $?"; tail -3 "$R/bench-$k.log" | cut -c1-200
+    done
+    tar -czf "$OUT/fp8-pairs.tgz" -C "$OUT" fp8-pairs && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
