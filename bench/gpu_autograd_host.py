@@ -64,19 +64,27 @@ def host_us(fn, calls: int = 50) -> float:
     return statistics.median(times)
 
 
-def interleaved_ratio(ours, theirs, calls: int = 50) -> tuple[float, list[float]]:
+def interleaved_ratio(ours, theirs, calls: int = 50, abba: bool = False) -> tuple[float, list[float]]:
     """The median over REPEATS of ours' host time over theirs', each pair timed back to back (ours, then theirs,
     behind one spin): the host's speed drifts between runs (LayerNorm's forward and backward read 259 to 690 us
     per call in five device calls on H100 hosts, 2026-12-07), less within a pair. Returns the median ratio and
-    every pair's."""
+    every pair's.
+
+    ``abba``: each repeat times ours, theirs, theirs, ours behind one spin and takes the ratio of the sums, so
+    neither side is always the first after the synchronize (on an H100, 2026-12-07, the pairs read 1.74x where
+    the two timed apart read 161 against 120 us, 1.35x: norms-fp8)."""
     for fn in (ours, theirs):
         for _ in range(5):
             fn()
     ratios = []
     for _ in range(REPEATS):
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(8e8))  # both timings behind it
-        ratios.append(calls_ns(ours, calls) / calls_ns(theirs, calls))
+        torch.cuda._sleep(int(16e8 if abba else 8e8))  # every timing behind it
+        if abba:
+            a1, b1, b2, a2 = (calls_ns(f, calls) for f in (ours, theirs, theirs, ours))
+            ratios.append((a1 + a2) / (b1 + b2))
+        else:
+            ratios.append(calls_ns(ours, calls) / calls_ns(theirs, calls))
     torch.cuda.synchronize()
     return statistics.median(ratios), ratios
 
@@ -219,9 +227,17 @@ def main() -> int:
             lambda graph=graph, wrt=wrt: torch.autograd.grad(graph, wrt, g, retain_graph=True))
         rows[f"{name}: forward and backward"] = host_us(
             lambda fwd=fwd, wrt=wrt: torch.autograd.grad(fwd(), wrt, g))
-    ratio, pairs = interleaved_ratio(lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g),
-                                     lambda: torch.autograd.grad(fns["torch layer_norm"](), (xl, wl, bl), g))
+    ours_call = lambda: torch.autograd.grad(fns["layernorm"](), (xl, wl, bl), g)  # noqa: E731
+    torch_call = lambda: torch.autograd.grad(fns["torch layer_norm"](), (xl, wl, bl), g)  # noqa: E731
+    ratio, pairs = interleaved_ratio(ours_call, torch_call)
     ratios = {"layernorm over torch layer_norm, forward and backward, interleaved pairs": ratio}
+    # the order's share: torch's first in each pair, then both orders in one (ours, torch, torch, ours)
+    reverse, reverse_pairs = interleaved_ratio(torch_call, ours_call)
+    ratios["layernorm over torch layer_norm, torch's call first in each pair"] = 1 / reverse
+    ratios["layernorm over torch layer_norm, ours-torch-torch-ours"], abba_pairs = interleaved_ratio(
+        ours_call, torch_call, abba=True)
+    print("pairs, torch's first: " + ", ".join(f"{1 / r:.2f}" for r in reverse_pairs), flush=True)
+    print("ours-torch-torch-ours: " + ", ".join(f"{r:.2f}" for r in abba_pairs), flush=True)
     print("pairs' ratios: " + ", ".join(f"{r:.2f}" for r in pairs), flush=True)
     mean = torch.empty(args.tokens, device=dev, dtype=torch.float32)
     rstd = torch.empty_like(mean)
@@ -283,7 +299,8 @@ def main() -> int:
     print(table, flush=True)
     (out / "autograd_host.json").write_text(json.dumps(
         {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tokens": args.tokens,
-         "hidden": args.hidden, "host_us_per_call": rows, "ratios": ratios, "ratio_pairs": pairs}, indent=1))
+         "hidden": args.hidden, "host_us_per_call": rows, "ratios": ratios, "ratio_pairs": pairs,
+         "ratio_pairs_torch_first": [1 / r for r in reverse_pairs], "ratio_abba": abba_pairs}, indent=1))
     return 0
 
 
