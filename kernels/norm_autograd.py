@@ -1,5 +1,5 @@
 """The host path of the norms' autograd.Functions (RMSNorm's in kernels/rmsnorm_bwd.py, LayerNorm's in
-kernels/layernorm.py): what an eager training step waits on between its kernels.
+kernels/layernorm_bwd.py): what an eager training step waits on between its kernels.
 
 Host time per call is the bench's ``full`` mode's other figure. On an H100's host (reports/h100/README.md, verify)
 LayerNorm's forward and backward took 303 us against 155 for F.layer_norm's, where a Function that only passes
