@@ -446,7 +446,7 @@ case "$what" in
     ;;
   fp8-pairs)
     R="$OUT/fp8-pairs"; mkdir -p "$R"
-    timeout 170 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k cuda -rfE \
+    timeout 170 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k "cuda and full" -rfE \
       > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
     timeout "${FP8_BENCH_S:-150}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench-fp8" > "$R/bench-fp8.log" 2>&1
     echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench-fp8/report.md" | grep cuda | head -9 | cut -c1-200
