@@ -63,9 +63,9 @@
 #             into norms-fp8.tgz
 #   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at M = 1, 4
 #             and 16 beside the launcher's own and bf16; into int4-configs.tgz
-#   fp8-pairs matmul_fp8's full-tier cuda items (the pairs of CTAs at 8192 x 8192), its bench, then LayerNorm's
-#             bench in full mode (LN_PROVIDERS) and bench/gpu_autograd_host.py for the planned Function's host time;
-#             into fp8-pairs.tgz
+#   fp8-pairs matmul_fp8's bench (the pairs of CTAs at 8192^3), bench/gpu_autograd_host.py and LayerNorm's bench
+#             in full mode (LN_PROVIDERS) for the planned Function's host time, then matmul_fp8's full-tier cuda
+#             cases; each step's results tarred as it ends
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -445,17 +445,20 @@ case "$what" in
     tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"
     ;;
   fp8-pairs)
+    # each step tarred as it ends, so a call stopped by its time limit still brings back what finished
     R="$OUT/fp8-pairs"; mkdir -p "$R"
-    timeout 170 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k "cuda and full" -rfE \
-      > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
     timeout "${FP8_BENCH_S:-150}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench-fp8" > "$R/bench-fp8.log" 2>&1
     echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench-fp8/report.md" | grep cuda | head -9 | cut -c1-200
+    tar -czf "$OUT/fp8-bench.tgz" -C "$R" bench-fp8 bench-fp8.log && rm -rf "$R/bench-fp8"
+    timeout 100 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
+    echo "autograd host: exit $?"; grep -E " x |pairs|ours-torch" "$R/autograd.log" | cut -c1-200
+    tar -czf "$OUT/autograd.tgz" -C "$R" autograd autograd.log && rm -rf "$R/autograd"
     timeout "${LN_BENCH_S:-100}" python3 -m harness bench --kernel layernorm --mode full \
       --provider "${LN_PROVIDERS:-triton,torch_layer_norm}" --out "$R/bench-layernorm" > "$R/bench-layernorm.log" 2>&1
     echo "layernorm bench (full): exit $?"; tail -3 "$R/bench-layernorm.log" | cut -c1-200
-    timeout 100 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
-    echo "autograd host: exit $?"; grep -E " x |pairs|ours-torch" "$R/autograd.log" | cut -c1-200
-    tar -czf "$OUT/fp8-pairs.tgz" -C "$OUT" fp8-pairs && rm -rf "$R"
+    tar -czf "$OUT/ln-bench.tgz" -C "$R" bench-layernorm bench-layernorm.log && rm -rf "$R/bench-layernorm"
+    timeout 150 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k "cuda and full" -rfE \
+      > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
