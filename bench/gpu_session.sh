@@ -86,6 +86,13 @@ liger_site() {
   python3 -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
     | tee "$OUT/liger-version.txt"
 }
+# matmul_fp8's harness bench into DIR, its log beside it as DIR.log; FP8_BENCH_S bounds it (default SECONDS: a
+# killed bench still writes the cases it finished), FP8_PROVIDERS picks the providers. Usage: fp8_bench DIR SECONDS
+fp8_bench() {
+  timeout "${FP8_BENCH_S:-$2}" python3 -m harness bench --kernel matmul_fp8 --out "$1" \
+    ${FP8_PROVIDERS:+--provider "$FP8_PROVIDERS"} > "$1.log" 2>&1
+  echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$1/report.md" | grep cuda | head -9 | cut -c1-200
+}
 what=$1; shift
 case "$what" in
   checks)
@@ -397,8 +404,7 @@ case "$what" in
     echo "fp8 probe: exit $?"; tail -22 "$R/probe.log" | cut -c1-250
     timeout 150 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k cuda -rfE \
       > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
-    timeout "${FP8_BENCH_S:-140}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench" > "$R/bench.log" 2>&1
-    echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench/report.md" | grep cuda | head -9 | cut -c1-200
+    fp8_bench "$R/bench" 140
     if [ -n "${INT4_CONFIGS:-}" ]; then
       timeout 150 python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py --configs "$INT4_CONFIGS" \
         --out "$R/int4" > "$R/int4-probe.log" 2>&1; echo "int4 configs: exit $?"
@@ -412,11 +418,7 @@ case "$what" in
     timeout 90 python3 -m pytest tests/test_backward_kernels.py tests/test_backward_planted.py -k planted -q -rfE \
       -p no:cacheprovider \
       > "$R/pytest-planted.log" 2>&1; echo "planted backward kernels: exit $?"; tail -2 "$R/pytest-planted.log"
-    # FP8_BENCH_S bounds the bench (a killed bench still writes the cases it finished); FP8_PROVIDERS picks them
-    timeout "${FP8_BENCH_S:-220}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench" \
-      ${FP8_PROVIDERS:+--provider "$FP8_PROVIDERS"} > "$R/bench.log" 2>&1
-    echo "matmul_fp8 bench: exit $?"; grep -vE "^\[" "$R/bench.log" | tail -5; grep -E "speedup|x torch|cuda" \
-      "$R/bench/report.md" | head -30 | cut -c1-250
+    fp8_bench "$R/bench" 220
     tar -czf "$OUT/fp8-bench.tgz" -C "$OUT" fp8-bench && rm -rf "$R"
     ;;
   norms-fp8)
@@ -447,8 +449,7 @@ case "$what" in
   fp8-pairs)
     # each step tarred as it ends, so a call stopped by its time limit still brings back what finished
     R="$OUT/fp8-pairs"; mkdir -p "$R"
-    timeout "${FP8_BENCH_S:-150}" python3 -m harness bench --kernel matmul_fp8 --out "$R/bench-fp8" > "$R/bench-fp8.log" 2>&1
-    echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$R/bench-fp8/report.md" | grep cuda | head -9 | cut -c1-200
+    fp8_bench "$R/bench-fp8" 150
     tar -czf "$OUT/fp8-bench.tgz" -C "$R" bench-fp8 bench-fp8.log && rm -rf "$R/bench-fp8"
     timeout 100 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
     echo "autograd host: exit $?"; grep -E " x |pairs|ours-torch" "$R/autograd.log" | cut -c1-200

@@ -94,7 +94,6 @@ class _NormPlan:
         # x's rows (reshape(-1, 0) cannot infer the row count)
         self.rows_shape = tuple(x.shape) if self.flat else (math.prod(x.shape[:-1]), x.shape[-1])
         self.acc = accumulation_dtype(x)
-        self.stats = launchers.stats
         self.has_bias = bias is not None
         rows = x if self.flat else x.reshape(self.rows_shape)
         mean, rstd = self._stats(rows)
@@ -103,7 +102,7 @@ class _NormPlan:
         self._bwd = Plans()
 
     def _stats(self, rows: torch.Tensor):
-        if not self.stats:
+        if not self.launchers.stats:
             return None, None
         n = self.rows_shape[0]
         return torch.empty(n, dtype=self.acc, device=rows.device), torch.empty(n, dtype=self.acc, device=rows.device)
@@ -112,7 +111,7 @@ class _NormPlan:
         rows = x if self.flat else x.reshape(self.rows_shape)
         # empty_like parses no dtype or device: a third of torch.empty's host time on a CPU
         out = torch.empty_like(rows, memory_format=torch.contiguous_format)
-        if self.stats:
+        if self.launchers.stats:
             mean, rstd = self._stats(rows)
             self.fwd(rows, weight, bias, out, mean, rstd, eps)
             ctx.save_for_backward(rows, weight, mean, rstd)
@@ -126,7 +125,7 @@ class _NormPlan:
     def backward(self, ctx, grad_out):
         saved = ctx.saved_tensors
         rows, weight = saved[0], saved[1]
-        mean, rstd = (saved[2], saved[3]) if self.stats else (None, None)
+        mean, rstd = (saved[2], saved[3]) if self.launchers.stats else (None, None)
         grad_rows = grad_out if self.flat else grad_out.reshape(self.rows_shape)
         grad_x = torch.empty_like(rows, memory_format=torch.contiguous_format)
         grad_w = torch.empty_like(weight)

@@ -48,10 +48,10 @@ def check(name: str, reads: tuple[str, ...] = ()) -> Callable[[Callable], Callab
     return register
 
 
-
 def _origin(fn: Callable) -> tuple:
     code = getattr(fn, "__code__", None)
     return fn.__module__, fn.__qualname__, code.co_filename if code else None
+
 
 def implementations() -> dict[str, Callable]:
     return dict(_IMPLEMENTATIONS)
