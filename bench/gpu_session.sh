@@ -66,6 +66,9 @@
 #   fp8-pairs matmul_fp8's bench (the pairs of CTAs at 8192^3), bench/gpu_autograd_host.py and LayerNorm's bench
 #             in full mode (LN_PROVIDERS) for the planned Function's host time, then matmul_fp8's full-tier cuda
 #             cases; each step's results tarred as it ends
+#   read-pattern reports/h200/experiments/int4/read_pattern.py: a loads-only kernel over int4's packed weight, its
+#             segment a row, depth, split of K and occupancy varied, beside the plain read and the decode kernel's
+#             loads alone; into read-pattern.tgz
 #   gemm      issue 13's probes (reports/h200/experiments/*/*_probe.py: accuracy and speed against cuBLAS),
 #             then the GEMM family's generated tests at the full tier
 set -uo pipefail
@@ -460,6 +463,12 @@ case "$what" in
     tar -czf "$OUT/ln-bench.tgz" -C "$R" bench-layernorm bench-layernorm.log && rm -rf "$R/bench-layernorm"
     timeout 150 python3 -m pytest specs --tier full -q -p no:cacheprovider --kernel matmul_fp8 -k "cuda and full" -rfE \
       > "$R/pytest-full-cuda.log" 2>&1; echo "fp8 full tier, cuda items: exit $?"; tail -2 "$R/pytest-full-cuda.log"
+    ;;
+  read-pattern)
+    R="$OUT/read-pattern"; mkdir -p "$R"
+    timeout "${READ_PATTERN_S:-240}" python3 reports/h200/experiments/int4/read_pattern.py --out "$R" > "$R/probe.log" 2>&1
+    echo "read pattern: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
+    tar -czf "$OUT/read-pattern.tgz" -C "$OUT" read-pattern && rm -rf "$R"
     ;;
   gemm)
     # GEMM_PROBES / GEMM_KERNELS choose what runs; each step has its own time limit so one cannot starve the rest.
