@@ -65,7 +65,7 @@
 #             and 16 beside the launcher's own and bf16; into int4-configs.tgz
 #   fp8-pairs matmul_fp8's bench (the pairs of CTAs at 8192^3), bench/gpu_autograd_host.py and LayerNorm's bench
 #             in full mode (LN_PROVIDERS) for the planned Function's host time, then matmul_fp8's full-tier cuda
-#             cases; each step's results tarred as it ends
+#             cases; each step's results tarred as it ends (FP8_PAIRS_TAIL=0: the first two steps alone)
 #   read-pattern reports/h200/experiments/int4/read_pattern.py: a loads-only kernel over int4's packed weight, its
 #             segment a row, depth, split of K and occupancy varied, beside the plain read and the decode kernel's
 #             loads alone; into read-pattern.tgz
@@ -457,6 +457,7 @@ case "$what" in
     timeout 100 python3 bench/gpu_autograd_host.py --out "$R/autograd" > "$R/autograd.log" 2>&1
     echo "autograd host: exit $?"; grep -E " x |pairs|ours-torch" "$R/autograd.log" | cut -c1-200
     tar -czf "$OUT/autograd.tgz" -C "$R" autograd autograd.log && rm -rf "$R/autograd"
+    [ "${FP8_PAIRS_TAIL:-1}" = 1 ] || exit 0  # FP8_PAIRS_TAIL=0: the first two steps alone
     timeout "${LN_BENCH_S:-100}" python3 -m harness bench --kernel layernorm --mode full \
       --provider "${LN_PROVIDERS:-triton,torch_layer_norm}" --out "$R/bench-layernorm" > "$R/bench-layernorm.log" 2>&1
     echo "layernorm bench (full): exit $?"; tail -3 "$R/bench-layernorm.log" | cut -c1-200
