@@ -221,6 +221,8 @@ def _measure_cuda(fn, dev, cfg: TimingConfig, t0: float, outputs=None) -> Measur
         batch, chunk, name = _plain_batch(fn, cu, before), 1, cu.name
     kept, dropped, clocks, reason = _sample_loop(batch, cfg, cu.clock, time.perf_counter(), chunk, params,
                                                  outputs)  # fmt: skip
+    if method != "cupti":  # events (a graph's replays too) minus the empty pair's cost: is that cost believable?
+        cu.recheck_overhead(kept, dropped)
     warm = _warm_cuda(fn, cu, statistics.median(kept) if kept else 1.0, params)
     params.update(cu.params())
     launch = measure_launch(fn, cu) if cfg.launch else None  # the eager call: what a caller without graphs pays
