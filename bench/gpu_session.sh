@@ -61,8 +61,8 @@
 #             items, then bench/gpu_autograd_host.py; the FP8 wgmma kernel's probe (FP8_VARIANTS, default overlap_s6
 #             and the multicast pairs and squares); gpu_host_profile.py on the delegating launchers (HOST_CASES);
 #             into norms-fp8.tgz
-#   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at M = 1, 4
-#             and 16 beside the launcher's own and bf16; into int4-configs.tgz
+#   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at M = 1 and
+#             4 beside the launcher's own and bf16; into int4-configs.tgz
 #   fp8-pairs matmul_fp8's bench (the pairs of CTAs at 8192^3), bench/gpu_autograd_host.py and LayerNorm's bench
 #             in full mode (LN_PROVIDERS) for the planned Function's host time, then matmul_fp8's full-tier cuda
 #             cases; each step's results tarred as it ends (FP8_PAIRS_TAIL=0: the first two steps alone)
