@@ -254,13 +254,27 @@ def own_kernels_package():
     sys.modules.update(saved)
 
 
-def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch, own_kernels_package):
-    """The gate measures each side's peak device memory as the bench does (one call after the timing) and its
-    row carries both; on a CPU peak_bytes is None, so the measurement is stood in for by a counter of calls."""
+def _tiny_case(tiny_repo, monkeypatch) -> dict:
+    """The tiny repository's first bench case against itself, run by the gate's case runner in this process."""
     import dataclasses
 
     from harness.gate.abcase import run_ab_case
     from harness.gate.interleave import BlockConfig
+    from harness.spec.load import load
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.syspath_prepend(str(tiny_repo))
+    spec = str(tiny_repo / "specs" / "tiny.toml")
+    case = load(spec).cases["bench"][0]
+    return run_ab_case(pr_spec_path=spec, base_spec_path=spec, roots=[str(tiny_repo)], case_id=case.id,
+                       dtype="fp32", seed=1, provider=None,
+                       blocks=dataclasses.asdict(BlockConfig(method="host", host_blocks=0, budget_s=0.5)),
+                       threshold={"relative": 0.9, "floor_us": 0.0, "source": "test"}, noise=None, confidence=0.95)
+
+
+def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch, own_kernels_package):
+    """The gate measures each side's peak device memory as the bench does (one call after the timing) and its
+    row carries both; on a CPU peak_bytes is None, so the measurement is stood in for by a counter of calls."""
     from harness.timing import memory
 
     calls = []
@@ -271,15 +285,30 @@ def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch,
         return 1000 * len(calls)
 
     monkeypatch.setattr(memory, "peak_bytes", fake_peak)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.syspath_prepend(str(tiny_repo))
-    spec = str(tiny_repo / "specs" / "tiny.toml")
-    from harness.spec.load import load
-
-    case = load(spec).cases["bench"][0]
-    d = run_ab_case(pr_spec_path=spec, base_spec_path=spec, roots=[str(tiny_repo)], case_id=case.id, dtype="fp32",
-                    seed=1, provider=None, blocks=dataclasses.asdict(BlockConfig(method="host", host_blocks=0,
-                                                                                 budget_s=0.5)),
-                    threshold={"relative": 0.9, "floor_us": 0.0, "source": "test"}, noise=None, confidence=0.95)
+    d = _tiny_case(tiny_repo, monkeypatch)
     assert d["verdict"] in ("SAME", "INCONCLUSIVE"), d
     assert (d["base_peak_mem_bytes"], d["pr_peak_mem_bytes"]) == (1000, 2000) and len(calls) == 2
+
+
+@pytest.mark.parametrize("outcome", ["shifted", "refused"])
+def test_the_event_pairs_recheck_reaches_the_gates_row(tiny_repo, monkeypatch, own_kernels_package, outcome):
+    """The timer's re-check of the empty event pair's cost (tests/test_event_overhead.py plants the measures) as
+    the gate's row shows it: samples shifted are said in the reason; samples no measure can make a time of leave
+    the case NOT-COMPARED, a failure of the harness's measure that neither fails nor passes the pull request. On a
+    CPU the host clock has no event pair, so the re-check is stood in for."""
+    from harness.gate import interleave
+    from harness.timing.sampler import OverheadMismeasured
+
+    def planted(self, base, pr):
+        if outcome == "refused":
+            raise OverheadMismeasured("events: the timed calls' median read -11.70 us")
+        return {"event_overhead_first_us": 17.6, "event_overhead_again_us": 1.6, "event_overhead_us": 1.6}
+
+    monkeypatch.setattr(interleave._Timer, "recheck", planted)
+    d = _tiny_case(tiny_repo, monkeypatch)
+    if outcome == "refused":
+        assert d["verdict"] == "NOT-COMPARED" and d["reason"] == "while timing, events: the timed calls' median " \
+                                                                 "read -11.70 us", d
+    else:
+        assert d["verdict"] in ("SAME", "INCONCLUSIVE"), d
+        assert "cost read 17.60 us before the samples and 1.60 us after: the smaller, 1.60 us" in d["reason"], d

@@ -135,6 +135,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
     from harness.results.io import finite_json
     from harness.target.device import detect
     from harness.timing.memory import peak_bytes
+    from harness.timing.sampler import OverheadMismeasured
 
     pr_spec, base_spec, device = _load(pr_spec_path), _load(base_spec_path), detect()
     pr_case = next(c for c in pr_spec.cases["bench"] if c.id == case_id)
@@ -211,6 +212,8 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             host = _host(fns, device.torch_device, cfg, Threshold(**host_threshold), timer, confidence, key_seed)
         # one more call a side, as the bench measures it: what the call needs beyond what was allocated before
         peaks = {side: peak_bytes(fns[side], device.torch_device) for side in ("base", "PR")}
+    except OverheadMismeasured as exc:  # the harness's measure failed, not a side: no verdict either way
+        return {**out, "verdict": "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideWrong as exc:
         return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
     except _SideError as exc:
@@ -222,8 +225,15 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
     stop = {"budget": "time budget spent", "max-blocks": "block limit reached"}.get(run.stop, "")
     base_all = [v for b in run.base_blocks for v in b]
     pr_all = [v for b in run.pr_blocks for v in b]
-    return {**out, "verdict": d.verdict, "reason": f"still inconclusive: {stop}" if d.verdict == "INCONCLUSIVE"
-            else "", "base_median_us": d.base_median_us, "pr_median_us": d.pr_median_us, "ratio": d.ratio,
+    reason = f"still inconclusive: {stop}" if d.verdict == "INCONCLUSIVE" else ""
+    if note := run.event_overhead_recheck:  # how sampling went: the two measures disagreed
+        first, again, used = (note[k] for k in ("event_overhead_first_us", "event_overhead_again_us",
+                                                "event_overhead_us"))
+        reason = "; ".join(filter(None, (reason, f"the empty event pair's cost read {first:.2f} us before the samples "
+                                         f"and {again:.2f} us after: the smaller, {used:.2f} us, is subtracted from "
+                                         "both sides")))
+    return {**out, "verdict": d.verdict, "reason": reason, "base_median_us": d.base_median_us,
+            "pr_median_us": d.pr_median_us, "ratio": d.ratio,
             "ratio_lo": finite_json(d.lo), "ratio_hi": finite_json(d.hi), "effect": d.effect,
             "base_spread": spread(base_all), "pr_spread": spread(pr_all), "blocks": d.blocks, "stop": run.stop,
             "dropped": run.dropped, "wall_s": run.wall_s, "method": run.method,

@@ -5,7 +5,11 @@ up to 12 % at [64, 4096]); inside one process, blocks that alternate in ABBA ord
 blocks moments apart, so drift cancels in the pair's ratio. Each sample is taken by the timing engine's own
 sampler (harness/timing/sampler.py): L2 evicted by a read flush, launches queued behind a spin kernel so
 host overhead never lands in a sample, CUDA events around the call minus the cost of an empty event pair;
-samples below the throttle clock are dropped. On a CPU the host clock times each call.
+samples below the throttle clock are dropped. On a CPU the host clock times each call. Both sides' samples have
+the same empty pair's cost subtracted, so a cost mismeasured (on an H100 one measure read it about 17 us above
+its cost: a kernel of about 5.5 us read -11.7) shortens both by the same microseconds and moves their ratio: 30 us
+against 33 us, each 17 us short, reads 1.23, not 1.10, and a 10 % regression at a 20 us kernel 1.67. That cost is
+measured again before every verdict (:meth:`_Timer.recheck`).
 
 Host time per call is interleaved the same way, after the device blocks (:func:`measure_host_ab`): a host
 sample is the sampler's ``host_time``, tens of back-to-back calls on the host clock while a spin keeps the
@@ -19,6 +23,8 @@ allows; the caller's ``judge`` gives the verdict (harness/gate/verdict.py), so t
 from __future__ import annotations
 
 import contextlib
+import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +65,7 @@ class ABRun:
     late_discarded: int         # samples redone because the host fell behind the spin
     method: str
     wall_s: float
+    event_overhead_recheck: dict | None = None  # the sampler's note where the empty pair's cost was remeasured
 
 
 class _Timer:
@@ -94,6 +101,23 @@ class _Timer:
             outputs.verify()                  # input values must be checked and undone before the other side runs
         return out
 
+    def recheck(self, base: list[tuple[float, ...]], pr: list[tuple[float, ...]]) -> dict | None:
+        """Both sides' blocks checked against the empty event pair's cost measured again
+        (harness.timing.sampler.overhead_recheck), shifted in place where the two measures disagreed; the side
+        with the smaller median goes first, as the one a mismeasured cost would take below zero (then
+        OverheadMismeasured). Returns the sampler's note where this check shifted them, else None. A no-op unless
+        the samples are events."""
+        if getattr(self.sampler, "method", None) != "events":
+            return None
+        earlier = self.sampler.overhead_note
+        values = [[v for b in blocks for v in b] for blocks in (base, pr)]
+        first, second = sorted(values, key=lambda v: statistics.median(v) if v else math.inf)
+        self.sampler.recheck_overhead(first, second)
+        for blocks, flat in zip((base, pr), values, strict=True):
+            it = iter(flat)
+            blocks[:] = [tuple(next(it) for _ in b) for b in blocks]
+        return self.sampler.overhead_note if self.sampler.overhead_note is not earlier else None
+
 
 class _HostTimer:
     """The :class:`_Timer` interface over host time per call: a block is ``n`` host samples of ``calls`` calls."""
@@ -105,6 +129,9 @@ class _HostTimer:
 
     def block(self, fn, n: int, outputs=None) -> list[float]:
         return [self.sampler.host_time(fn, self.calls) for _ in range(n)]
+
+    def recheck(self, base, pr) -> None:  # host clock: no event pair's cost was subtracted
+        return None
 
 
 def measure_host_ab(base_fn, pr_fn, device: str, cfg: BlockConfig, judge, timer) -> ABRun:
@@ -156,7 +183,7 @@ def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float, outputs=(No
     pr: list[tuple[float, ...]] = []
     dropped0, late0 = timer.dropped, timer.late
     sampling = time.perf_counter()
-    target, stop = cfg.blocks, ""
+    target, stop, note = cfg.blocks, "", None
     while not stop:
         while len(base) < target:
             first_base = len(base) % 2 == 0  # ABBA: each side goes first in every other block pair
@@ -168,6 +195,7 @@ def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float, outputs=(No
             pr.append(tuple(b if first_base else a))
             if time.perf_counter() - sampling > cfg.budget_s:
                 break  # a slow kernel: judged on what the budget bought (below MIN_BLOCKS: inconclusive)
+        note = timer.recheck(base, pr) or note
         decision = judge(base, pr)
         elapsed = time.perf_counter() - sampling
         per_pair = elapsed / len(base)
@@ -180,4 +208,4 @@ def _loop(timer, base_fn, pr_fn, cfg: BlockConfig, judge, t0: float, outputs=(No
         else:
             target = min(cfg.max_blocks, len(base) + cfg.more_blocks)
     return ABRun(tuple(base), tuple(pr), decision, stop, timer.dropped - dropped0, timer.late - late0,
-                 timer.method, time.perf_counter() - t0)
+                 timer.method, time.perf_counter() - t0, note)

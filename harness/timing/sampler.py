@@ -75,11 +75,11 @@ class OverheadMismeasured(RuntimeError):
 def overhead_recheck(kept: list[float], overhead_us: float, empty_us: list[float],
                      remeasure: Callable[[], tuple[float, list[float]]]) -> tuple[float, dict | None]:
     """(the shift to add to every sample, a note for the record or None) for samples taken with ``overhead_us``
-    subtracted, the median of the empty pairs ``empty_us``: the empty pair's cost is measured again after the
-    samples (``remeasure() -> (median, samples)``). A GPU's empty event pair normally costs a few microseconds,
-    but on an H100 one measurement read it about 17 us, and every sample of a 6 us kernel then read -11.7 us
-    (reports/h100/experiments/read-pattern/); a 100 us kernel would have read about 15 us short, unnoticed. Where the
-    two measures disagree by more than their resolution, the smaller stands (interference only adds to an empty
+    subtracted, the median of the empty pairs ``empty_us``: the empty pair's cost is measured again after the samples
+    (``remeasure() -> (median, samples)``). A GPU's empty event pair normally costs about a microsecond (the H200's:
+    1.28 us), but on an H100 one measurement read it about 17 us high, and a kernel of about 5.5 us then read -11.7
+    us (reports/h100/experiments/read-pattern/); a 100 us kernel would have read about 17 us short, unnoticed. Where
+    the two measures disagree by more than their resolution, the smaller stands (interference only adds to an empty
     pair) and the samples are shifted to it; samples still clearly negative raise OverheadMismeasured."""
     again, again_samples = remeasure()
     tol = max(_tolerance(empty_us), _tolerance(again_samples))
