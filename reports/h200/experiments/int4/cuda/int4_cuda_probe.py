@@ -171,9 +171,11 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
     p.add_argument("--configs", help="W,RT,S,D,ST;...: these configurations (with the launcher's own) instead of the "
-                   "sweep's, checked at every shape and timed at M = 1 and 4")
+                   "sweep's, checked at every shape and timed at M = 1 and 4 (or --ms)")
     p.add_argument("--with-floors", action="store_true", help="with --quick, the floors all the same (two more "
                    "builds): the launcher's and the fastest ring's")
+    p.add_argument("--ms", help="M,...: the rows timed instead of the mode's own (the sweep's 1, 4, 16; 1 and 4 with "
+                   "--configs or --quick; 1 with --floors)")
     p.add_argument("--floors", action="store_true", help="the launcher's own configurations at M = 1 alone, "
                    "checked, timed and their floors timed: what bounds the decode shapes, in about a minute")
     args = p.parse_args()
@@ -188,6 +190,8 @@ def main() -> int:
     if args.quick:
         CONFIGS = tuple(c for c in CONFIGS if c.stages or (c.warps, c.row_tiles, c.splits) == (8, 1, 1))
         MS, FLOORS = (1, 4), args.with_floors
+    if args.ms:
+        MS = tuple(int(m) for m in args.ms.split(","))
     if args.call:
         m, n, k = map(int, args.call.split(","))
         cfg = cu.CudaGemvConfig(*map(int, args.config.split(","))) if args.config else None
