@@ -61,7 +61,7 @@
 #             items, then bench/gpu_autograd_host.py; the FP8 wgmma kernel's probe (FP8_VARIANTS, default overlap_s6
 #             and the multicast pairs and squares); gpu_host_profile.py on the delegating launchers (HOST_CASES);
 #             into norms-fp8.tgz
-#   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST;...): each checked, then timed at INT4_MS
+#   int4-configs int4_cuda_probe.py --configs INT4_CONFIGS (W,RT,S,D,ST[,PRE];...): each checked, then timed at INT4_MS
 #             (M,...; default 1,4,16) beside the launcher's own, the shipped Triton launcher and bf16; into
 #             int4-configs.tgz
 #   fp8-pairs matmul_fp8's bench (the pairs of CTAs at 8192^3), bench/gpu_autograd_host.py and LayerNorm's bench
@@ -446,7 +446,7 @@ case "$what" in
   int4-configs)
     R="$OUT/int4-configs"; mkdir -p "$R"
     timeout "${INT4_PROBE_S:-300}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py \
-      --configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST;...}" --ms "${INT4_MS:-1,4,16}" --out "$R" \
+      --configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST[,PRE];...}" --ms "${INT4_MS:-1,4,16}" --out "$R" \
       > "$R/probe.log" 2>&1
     echo "int4 configs: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
     tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"

@@ -30,6 +30,9 @@ on an H100, reports/h100/experiments/int4-ring/). ``CudaGemvConfig.stages`` now 
 cp.async.bulk, so the computing warps issue no weight loads at all (sm_90 on). It was right at every check and
 no faster on an H100 (reports/h100/experiments/int4-bulk/: 8.78 against 8.70 us at 4096 x 4096; its loads alone
 7.52 us against 7.17): three ways of putting more bytes in flight, none faster than two groups in registers.
+``CudaGemvConfig.preload`` takes the other loads out of the loop instead (kernels/int4_gemv.cu, PRE): a block copies
+its rows' scales and zero points and its share of the activations into shared memory first, so its warps carry only
+the weight in flight. It has not run on a GPU yet, so the launcher does not choose it.
 """
 
 from __future__ import annotations
@@ -59,13 +62,13 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
                                            int64_t K, int64_t lda, int64_t ldw, int64_t ss_n, int64_t ss_g,
                                            int64_t sz_n, int64_t sz_g,
                                            int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
-                                           int depth, int stages, void* stream);
+                                           int depth, int stages, int pre, void* stream);
 
 // kernels/int4_cuda.py has checked shapes, dtypes, strides and alignments; launched on a's device and its current
 // stream.
 void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor scales, torch::Tensor zeros,
                torch::Tensor ws, torch::Tensor cnt, int64_t warps, int64_t row_tiles, int64_t splits, int64_t depth,
-               int64_t stages) {
+               int64_t stages, int64_t preload) {
   const c10::cuda::CUDAGuard guard(a.device());
   const int dtype = a.scalar_type() == at::kHalf ? 1 : a.scalar_type() == at::kBFloat16 ? 2 : -1;
   if (dtype < 0) throw std::invalid_argument("int4_matmul_cuda: a must be fp16 or bf16");
@@ -74,7 +77,7 @@ void int4_gemv(torch::Tensor c, torch::Tensor a, torch::Tensor w, torch::Tensor 
       cnt.data_ptr(), a.size(0), w.size(0),
       a.size(1), a.stride(0), w.stride(0), scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1),
       c.stride(0), c.stride(1), static_cast<int>(warps), static_cast<int>(row_tiles), static_cast<int>(splits),
-      static_cast<int>(depth), static_cast<int>(stages),
+      static_cast<int>(depth), static_cast<int>(stages), static_cast<int>(preload),
       at::cuda::getCurrentCUDAStream(a.device().index()).stream());
   if (err != nullptr) throw std::runtime_error(std::string("int4_matmul_cuda: ") + err);
 }
@@ -96,21 +99,32 @@ class CudaGemvConfig:
     depth: int = 1  # groups a warp has in flight in registers beside the one it computes: 1 or 2
     # 0: those registers; 2, 3 or 4: the bulk ring's slots of one stage of K each (warps groups), sm_90 on, depth 1
     stages: int = 0
+    # 1: the block copies its rows' scales and zero points and its share of the activations into shared memory first,
+    # and each warp carries only the weight in flight (kernels/int4_gemv.cu, PRE); the register path only
+    preload: int = 0
 
     def __post_init__(self):
         if (self.warps not in (1, 2, 4, 8) or self.row_tiles not in (1, 2) or not 1 <= self.splits <= SPLIT_MAX
-                or self.depth not in (1, 2) or self.stages not in STAGES or (self.stages and self.depth != 1)):
+                or self.depth not in (1, 2) or self.stages not in STAGES or (self.stages and self.depth != 1)
+                or self.preload not in (0, 1) or (self.preload and self.stages)):
             raise ValueError(f"CudaGemvConfig: warps 1, 2, 4 or 8, row_tiles 1 or 2, splits 1 to {SPLIT_MAX}, "
-                             f"depth 1 or 2, stages 0, 2, 3 or 4 (depth 1 with a ring); got {self}")
+                             f"depth 1 or 2, stages 0, 2, 3 or 4 (depth 1 with a ring), preload 0 or 1 (stages 0 "
+                             f"with it); got {self}")
 
-    def smem_bytes(self, m: int) -> int:
-        """Shared memory a block takes at ``m`` rows (kernels/int4_gemv.cu, block_smem_bytes and the launcher's
-        check): the bulk ring's slots (16 rows a row tile, ``warps`` x 64 + 64 bytes a row), the warps' partial
-        tiles, and 16 bytes of statics and 16 of barriers a slot. Above the device's shared memory per block the
-        launcher refuses the config."""
+    def smem_bytes(self, m: int, k: int) -> int:
+        """Shared memory a block takes at ``m`` rows and depth ``k`` (kernels/int4_gemv.cu, block_smem_bytes,
+        pre_bytes and the launcher's check): the bulk ring's slots (16 rows a row tile, ``warps`` x 64 + 64 bytes
+        a row), the warps' partial tiles, the preload's scales and zero points (a word a row and slot, rows a word
+        apart more than the slots) and ``m`` rows of activations (256 bytes a slot and 16 more), and
+        16 bytes of statics and 16 of barriers a slot. Above the device's shared memory per block the launcher
+        refuses the config."""
         tile = self.row_tiles * (1 if m <= 8 else 2) * 128 * 4
         ring = self.stages * (self.row_tiles * 16 * (self.warps * 64 + 64) + 16)
-        return self.warps * tile + ring + 16
+        pre = 0
+        if self.preload:
+            slots = cdiv(cdiv(k, 128), self.splits * self.warps) * self.warps
+            pre = self.row_tiles * 16 * (slots + 1) * 4 + m * (slots * 256 + 16)
+        return self.warps * tile + ring + pre + 16
 
     @classmethod
     def for_shape(cls, m: int, n: int, k: int) -> CudaGemvConfig:
@@ -174,7 +188,7 @@ def _plan(sig, a, w, scales, zeros, c, config):
     def launch(a, w, scales, zeros, c):
         ws, cnt = scratch(a.device, cfg.splits * blocks * tile, blocks) if cfg.splits > 1 else unused(a.device)
         module.int4_gemv(c, a, w, scales, zeros, ws, cnt, cfg.warps, cfg.row_tiles, cfg.splits, cfg.depth,
-                         cfg.stages)
+                         cfg.stages, cfg.preload)
     return launch
 
 

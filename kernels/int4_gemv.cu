@@ -45,6 +45,16 @@
 // Measured on an H100 (reports/h100/experiments/int4-bulk/): right at all 176 checks, and no faster than the register
 // path: 8.78 us at 1 x 4096 x 4096 against 8.70 (four slots of eight warps), 0.85-0.92x its speed at the 14336 shapes;
 // its loads alone took 7.52 us against the register path's 7.17. The launcher keeps the register path.
+//
+// The preload (PRE, register path only). On an H100 the register path's loads alone took 7.23 us at 1 x 4096 x 4096
+// where a loads-only kernel reading the weight as it does took 6.05 (reports/h100/experiments/read-pattern/): about
+// 1.2 us goes to what each lane loads beside the weight, its rows' scales and zero points (four lanes load the same
+// ones) and its activations, every group, through the same queue as the weight's loads and into registers that
+// every group in flight holds (94 registers a thread: two blocks of eight warps an SM). With PRE the block first
+// copies, coalesced, its rows' scales and zero points and the activations of its groups into shared memory (its
+// first groups' weight loads already in flight); a warp then carries only the weight in flight and reads the rest
+// from shared memory just before it computes a group. What it costs: the copy before the first group, and shared
+// memory (M rows of the block's K, so the launcher refuses it where it does not fit).
 
 namespace kh_int4 {
 namespace {
@@ -180,11 +190,12 @@ __device__ __forceinline__ bool load_meta(Stage<RT, NT>& st, const Params& p, in
   return k_ok;
 }
 
-template <typename T, int RT, int NT>
-__device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
+// A lane's 16 bytes of w for each of its rows, group g (g < 0 or past K: zeros)
+template <int RT, int NT>
+__device__ __forceinline__ void load_w(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
   const int r = lane >> 2;
   const int k0 = g * kGroup + (lane & 3) * 32;
-  const bool k_ok = g >= 0 && k0 < p.K;  // as load_meta's; w first: the order the register path was tuned with
+  const bool k_ok = g >= 0 && k0 < p.K;  // as load_meta's
 #pragma unroll
   for (int t = 0; t < RT; ++t) {
 #pragma unroll
@@ -193,7 +204,80 @@ __device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, i
       st.w[t][h] = k_ok ? __ldcs(reinterpret_cast<const uint4*>(p.w + n * p.ldw + k0 / 2)) : make_uint4(0, 0, 0, 0);
     }
   }
+}
+
+template <typename T, int RT, int NT>
+__device__ __forceinline__ void load_stage(Stage<RT, NT>& st, const Params& p, int g, int n0, int lane) {
+  load_w<RT, NT>(st, p, g, n0, lane);  // w first: the order the register path was tuned with
   load_meta<RT, NT>(st, p, g, n0, lane);
+}
+
+// The preload's shared memory (after the ring's slots and the partial tiles): each of the block's RT 16 rows' scale
+// and zero point a slot, one word (scale | zero << 16), rows slots + 1 words apart (an odd pitch where slots is even:
+// the eight rows a load reads at once fall in distinct banks); then M rows of activations, 128 values a slot, rows
+// slots x 256 + 16 bytes apart. Slot i of split y is group (i / W) S W + y W + i % W: warp i % W's (i / W)-th.
+__host__ __device__ __forceinline__ int pre_slots(int groups, int warps, int splits) {
+  return (groups + splits * warps - 1) / (splits * warps) * warps;
+}
+__host__ __device__ __forceinline__ int pre_meta_bytes(int row_tiles, int slots) {
+  return row_tiles * 16 * (slots + 1) * 4;  // a multiple of 64: the activations after it stay 16-byte aligned
+}
+__host__ __device__ __forceinline__ int pre_a_pitch(int slots) { return slots * 256 + 16; }
+__host__ __device__ __forceinline__ int pre_bytes(int m, int row_tiles, int slots) {
+  return pre_meta_bytes(row_tiles, slots) + m * pre_a_pitch(slots);
+}
+
+// The whole block copies its rows' scales and zero points and a's values for its slots into the preload's memory
+// (a group past K: zeros; its w was loaded as zeros too)
+template <int RT>
+__device__ __forceinline__ void preload(const Params& p, unsigned char* pre, int slots, int warps, int n0, int groups) {
+  const int y = blockIdx.y, sw = gridDim.y * warps;
+  uint32_t* sz = reinterpret_cast<uint32_t*>(pre);
+  for (int i = threadIdx.x; i < RT * 16 * slots; i += blockDim.x) {
+    const int row = i / slots, slot = i % slots;
+    const int g = min((slot / warps) * sw + y * warps + slot % warps, groups - 1);
+    const int n = min(n0 + row, p.N - 1);  // a row past N reads row N - 1; never stored
+    const uint32_t s = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + g * p.ss_g);
+    const uint32_t z = __ldg(p.zeros + n * p.sz_n + g * p.sz_g);
+    sz[row * (slots + 1) + slot] = s | (z << 16);
+  }
+  unsigned char* as = pre + pre_meta_bytes(RT, slots);
+  const int pieces = slots * 16;  // 16 bytes (8 values) a piece, 16 a slot
+  for (int i = threadIdx.x; i < p.M * pieces; i += blockDim.x) {
+    const int m = i / pieces, slot = (i % pieces) / 16, piece = i % 16;
+    const int g = (slot / warps) * sw + y * warps + slot % warps, k = g * kGroup + piece * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (g < groups && k < p.K)  // K % 32 == 0: a piece is all in range or all out
+      v = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(p.a) + m * p.lda + k));
+    *reinterpret_cast<uint4*>(as + m * pre_a_pitch(slots) + slot * 256 + piece * 16) = v;
+  }
+}
+
+// load_meta's values for group g, in slot ``slot`` of the preload, read from shared memory
+template <int RT, int NT>
+__device__ __forceinline__ void load_meta_pre(Stage<RT, NT>& st, const Params& p, const unsigned char* pre, int slots,
+                                              int g, int groups, int slot, int lane) {
+  const int r = lane >> 2, q = lane & 3;
+  const bool k_ok = g < groups && g * kGroup + q * 32 < p.K;
+  const uint32_t* sz = reinterpret_cast<const uint32_t*>(pre);
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = k_ok ? sz[(t * 16 + r + 8 * h) * (slots + 1) + slot] : 0u;
+      st.s[t][h] = (uint16_t)(v & 0xFFFFu);
+      st.z[t][h] = (uint8_t)(v >> 16);
+    }
+  }
+  const unsigned char* as = pre + pre_meta_bytes(RT, slots) + slot * 256 + q * 64;
+#pragma unroll
+  for (int u = 0; u < NT; ++u) {
+    const int m = u * 8 + r;
+    const bool ok = k_ok && m < p.M;  // B columns past M multiply by 0
+    const uint4* src = reinterpret_cast<const uint4*>(as + m * pre_a_pitch(slots));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st.a[u][j] = ok ? src[j] : make_uint4(0, 0, 0, 0);
+  }
 }
 
 #if defined(KH_INT4_FLOOR)
@@ -295,7 +379,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
 // kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8 computing warps: the register
 // cap of a larger block made the 2 x 2 tile spill. Minimum blocks an SM 0, ptxas's own choice: an explicit 1 made it
 // take up to 50% more registers.
-template <typename T, int RT, int NT, int D, int STAGES>
+template <typename T, int RT, int NT, int D, int STAGES, bool PRE>
 __global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int last;
@@ -311,15 +395,32 @@ __global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Param
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const int g = first + d * stride;
-      load_stage<T, RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
+      if constexpr (PRE)
+        load_w<RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
+      else
+        load_stage<T, RT, NT>(st[d], p, g < groups ? g : -1, n0, lane);
     }
+    // the preload after the first groups' weight loads are issued: its copy runs while they are in flight
+    unsigned char* pre = reinterpret_cast<unsigned char*>(part + warps * kTile);
+    const int slots = PRE ? pre_slots(groups, warps, gridDim.y) : 0;
+    if constexpr (PRE) {
+      preload<RT>(p, pre, slots, warps, n0, groups);
+      __syncthreads();
+    }
+    int slot = warp;  // the preload's slot of the group computed next: the warp's t-th group is slot t W + warp
     for (int g = first; g < groups; g += D * stride) {
 #pragma unroll
       for (int d = 0; d < D; ++d) {
         // a group past the end was loaded as zeros (w and a): its MMAs add nothing
         const int ahead = g + (d + D) * stride;
         Stage<RT, NT> next;
-        load_stage<T, RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+        if constexpr (PRE) {
+          load_w<RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+          load_meta_pre<RT, NT>(st[d], p, pre, slots, g + d * stride, groups, slot, lane);
+          slot += warps;
+        } else {
+          load_stage<T, RT, NT>(next, p, ahead < groups ? ahead : -1, n0, lane);
+        }
         mma_stage<T, RT, NT>(acc, st[d]);
         st[d] = next;
       }
@@ -428,17 +529,19 @@ __global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Param
 
 // Shared memory above 48 KB needs the kernel's opt-in, once a device and size: the largest size granted so far is kept
 // (devices beyond the table ask every launch).
-template <typename T, int RT, int NT, int D, int S>
+template <typename T, int RT, int NT, int D, int S, bool PRE>
 cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) {
   static std::atomic<int> granted[64];
   const dim3 grid((p.N + RT * 16 - 1) / (RT * 16), splits);
-  const int smem = block_smem_bytes(warps, RT, NT, S);
+  const int groups = (p.K + kGroup - 1) / kGroup;
+  const int smem = block_smem_bytes(warps, RT, NT, S) + (PRE ? pre_bytes(p.M, RT, pre_slots(groups, warps, splits)) : 0);
   if (smem > 48 * 1024) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev >= 64 || granted[dev].load(std::memory_order_relaxed) < smem) {
-      err = cudaFuncSetAttribute(int4_gemv_mma<T, RT, NT, D, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      err = cudaFuncSetAttribute(int4_gemv_mma<T, RT, NT, D, S, PRE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem);
       if (err != cudaSuccess) return err;
       if (dev < 64) {
         int seen = granted[dev].load(std::memory_order_relaxed);
@@ -447,26 +550,30 @@ cudaError_t launch(const Params& p, int warps, int splits, cudaStream_t stream) 
       }
     }
   }
-  int4_gemv_mma<T, RT, NT, D, S><<<grid, (warps + (S > 0)) * 32, smem, stream>>>(p);  // + the ring's producer
+  int4_gemv_mma<T, RT, NT, D, S, PRE><<<grid, (warps + (S > 0)) * 32, smem, stream>>>(p);  // + the ring's producer
   return cudaGetLastError();
 }
 
-template <typename T, int D, int S>
+template <typename T, int D, int S, bool PRE = false>
 cudaError_t by_tiles(const Params& p, int warps, int row_tiles, int splits, cudaStream_t s) {
   const bool two = p.M > 8;
   if (row_tiles == 1)
-    return two ? launch<T, 1, 2, D, S>(p, warps, splits, s) : launch<T, 1, 1, D, S>(p, warps, splits, s);
-  return two ? launch<T, 2, 2, D, S>(p, warps, splits, s) : launch<T, 2, 1, D, S>(p, warps, splits, s);
+    return two ? launch<T, 1, 2, D, S, PRE>(p, warps, splits, s) : launch<T, 1, 1, D, S, PRE>(p, warps, splits, s);
+  return two ? launch<T, 2, 2, D, S, PRE>(p, warps, splits, s) : launch<T, 2, 1, D, S, PRE>(p, warps, splits, s);
 }
 
-// depth counts only without a ring (the launcher has checked it is 1 with one)
+// depth counts only without a ring (the launcher has checked it is 1 with one), and so does the preload
 template <typename T>
-cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, int stages, cudaStream_t s) {
+cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int depth, int stages, int pre,
+                     cudaStream_t s) {
   switch (stages) {
     case 2: return by_tiles<T, 1, 2>(p, warps, row_tiles, splits, s);
     case 3: return by_tiles<T, 1, 3>(p, warps, row_tiles, splits, s);
     case 4: return by_tiles<T, 1, 4>(p, warps, row_tiles, splits, s);
     default:
+      if (pre)
+        return depth == 1 ? by_tiles<T, 1, 0, true>(p, warps, row_tiles, splits, s)
+                          : by_tiles<T, 2, 0, true>(p, warps, row_tiles, splits, s);
       return depth == 1 ? by_tiles<T, 1, 0>(p, warps, row_tiles, splits, s)
                         : by_tiles<T, 2, 0>(p, warps, row_tiles, splits, s);
   }
@@ -477,13 +584,13 @@ cudaError_t dispatch(const Params& p, int warps, int row_tiles, int splits, int 
 
 // The launcher (kernels/int4_cuda.py checks shapes, dtypes, strides and alignments first). dtype: 1 fp16, 2 bf16.
 // stages: 0 for the register path (depth 1 or 2 groups in flight), else the bulk ring's slots (2, 3 or 4; depth 1;
-// sm_90 on).
+// sm_90 on). pre: 1 for the preload (the register path only).
 // Returns nullptr, or what went wrong.
 extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, const void* w, const void* scales,
                                            const void* zeros, void* ws, void* cnt, int64_t M, int64_t N, int64_t K, int64_t lda,
                                            int64_t ldw, int64_t ss_n, int64_t ss_g, int64_t sz_n, int64_t sz_g,
                                            int64_t sc_m, int64_t sc_n, int warps, int row_tiles, int splits,
-                                           int depth, int stages, void* stream) {
+                                           int depth, int stages, int pre, void* stream) {
   if (M < 1 || M > 16) return "M must be 1 to 16";
   if (N < 1 || K < 32 || K % 32 != 0 || N > 2147483647 - 64 || K > 2147483647 - 256)
     return "N must be positive, K a positive multiple of 32, both below 2**31 - 256";
@@ -493,26 +600,33 @@ extern "C" const char* kh_int4_gemv_launch(int dtype, void* c, const void* a, co
   if (depth != 1 && depth != 2) return "depth must be 1 or 2";
   if (stages != 0 && stages != 2 && stages != 3 && stages != 4) return "stages must be 0, 2, 3 or 4";
   if (stages != 0 && depth != 1) return "depth must be 1 with a ring (stages > 0)";
-  if (stages != 0) {
+  if (pre != 0 && pre != 1) return "pre must be 0 or 1";
+  if (pre && stages != 0) return "the preload (pre) is the register path's: stages must be 0";
+  if (stages != 0 || pre) {
     int dev = 0, cap = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
       return "could not read the device's compute capability and shared memory per block";
-    if (major < 9) return "the bulk ring (stages > 0) needs sm_90 or later: cp.async.bulk and mbarrier transactions";
+    if (stages != 0 && major < 9)
+      return "the bulk ring (stages > 0) needs sm_90 or later: cp.async.bulk and mbarrier transactions";
     const int col_tiles = M > 8 ? 2 : 1;
+    const int groups = (int)((K + kh_int4::kGroup - 1) / kh_int4::kGroup);
+    const int extra = pre ? kh_int4::pre_bytes((int)M, row_tiles, kh_int4::pre_slots(groups, warps, splits)) : 0;
     // + `last` and the ring's two barriers a slot
-    if (kh_int4::block_smem_bytes(warps, row_tiles, col_tiles, stages) + 16 + 16 * stages > cap)
-      return "the bulk ring does not fit the device's shared memory per block: stages x row_tiles x 16 x (warps x "
-             "64 + 64) bytes, and the partial tiles";
+    if (kh_int4::block_smem_bytes(warps, row_tiles, col_tiles, stages) + extra + 16 + 16 * stages > cap)
+      return stages ? "the bulk ring does not fit the device's shared memory per block: stages x row_tiles x 16 x "
+                      "(warps x 64 + 64) bytes, and the partial tiles"
+                    : "the preload does not fit the device's shared memory per block: M rows of the block's share "
+                      "of K in activations, its rows' scales and zero points, and the partial tiles";
   }
   kh_int4::Params p{a, static_cast<const uint8_t*>(w), scales, static_cast<const uint8_t*>(zeros), c,
                     static_cast<float*>(ws), static_cast<int*>(cnt), (int)M, (int)N, (int)K, lda, ldw, ss_n, ss_g, sz_n, sz_g, sc_m, sc_n};
   const cudaStream_t s = (cudaStream_t)stream;
   cudaError_t err;
   switch (dtype) {
-    case 1: err = kh_int4::dispatch<__half>(p, warps, row_tiles, splits, depth, stages, s); break;
-    case 2: err = kh_int4::dispatch<__nv_bfloat16>(p, warps, row_tiles, splits, depth, stages, s); break;
+    case 1: err = kh_int4::dispatch<__half>(p, warps, row_tiles, splits, depth, stages, pre, s); break;
+    case 2: err = kh_int4::dispatch<__nv_bfloat16>(p, warps, row_tiles, splits, depth, stages, pre, s); break;
     default: return "unsupported dtype code";
   }
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -14,8 +14,8 @@ class _Recorder:
     def __init__(self):
         self.launches = []
 
-    def int4_gemv(self, c, a, w, scales, zeros, ws, cnt, warps, row_tiles, splits, depth, stages):
-        self.launches.append((a.shape[0], cu.CudaGemvConfig(warps, row_tiles, splits, depth, stages)))
+    def int4_gemv(self, c, a, w, scales, zeros, ws, cnt, warps, row_tiles, splits, depth, stages, preload):
+        self.launches.append((a.shape[0], cu.CudaGemvConfig(warps, row_tiles, splits, depth, stages, preload)))
 
 
 @pytest.fixture
@@ -97,9 +97,37 @@ def test_a_ring_takes_no_second_register_group():
 
 def test_the_ring_shared_memory_matches_the_kernel_formula():
     # the partial tiles, then stages x (16 rows a row tile x (warps x 64 + 64) bytes + two barriers), + `last`
-    assert cu.CudaGemvConfig(8, stages=4).smem_bytes(1) == 8 * 128 * 4 + 4 * (16 * 576 + 16) + 16
-    assert cu.CudaGemvConfig(4, 2, stages=3).smem_bytes(16) == 4 * 2 * 2 * 128 * 4 + 3 * (32 * 320 + 16) + 16
-    assert cu.CudaGemvConfig(8, 2).smem_bytes(16) == 8 * 2 * 2 * 128 * 4 + 16
+    assert cu.CudaGemvConfig(8, stages=4).smem_bytes(1, 4096) == 8 * 128 * 4 + 4 * (16 * 576 + 16) + 16
+    assert cu.CudaGemvConfig(4, 2, stages=3).smem_bytes(16, 4096) == 4 * 2 * 2 * 128 * 4 + 3 * (32 * 320 + 16) + 16
+    assert cu.CudaGemvConfig(8, 2).smem_bytes(16, 4096) == 8 * 2 * 2 * 128 * 4 + 16
+
+
+def test_a_preload_config_reaches_the_launcher_and_takes_no_ring():
+    cfg = cu.CudaGemvConfig(8, 1, 1, 2, preload=1)
+    assert cfg.preload == 1
+    with pytest.raises(ValueError, match="preload 0 or 1"):
+        cu.CudaGemvConfig(8, stages=4, preload=1)
+    with pytest.raises(ValueError, match="preload 0 or 1"):
+        cu.CudaGemvConfig(8, preload=2)
+
+
+def test_a_preload_config_is_launched_as_given(routed):
+    recorder, _ = routed
+    cfg = cu.CudaGemvConfig(8, 1, 2, 1, preload=1)
+    _call(1, 256, 512, config=cfg)
+    assert recorder.launches == [(1, cfg)]
+
+
+def test_the_preload_shared_memory_matches_the_kernel_formula():
+    # the partial tiles; the scales and zero points (16 rows a row tile x (slots + 1) words); m rows
+    # of activations, slots x 256 + 16 bytes each; + `last`. Slots: the block's groups rounded up to its warps'.
+    # 4096: 32 groups, one split of eight warps -> 32 slots
+    assert cu.CudaGemvConfig(8, preload=1).smem_bytes(1, 4096) == 8 * 128 * 4 + 16 * 33 * 4 + (32 * 256 + 16) + 16
+    # 14336 = 112 groups over two splits of eight warps: 7 stages of 8 groups each -> 56 slots; two row tiles, 16 rows
+    assert cu.CudaGemvConfig(8, 2, 2, preload=1).smem_bytes(16, 14336) == (
+        8 * 2 * 2 * 128 * 4 + 32 * 57 * 4 + 16 * (56 * 256 + 16) + 16)
+    # a partial last group (K = 4128: 33 groups) still takes a slot, and the slots round up to the warps (40)
+    assert cu.CudaGemvConfig(8, preload=1).smem_bytes(3, 4128) == 8 * 128 * 4 + 16 * 41 * 4 + 3 * (40 * 256 + 16) + 16
 
 
 def test_a_call_routed_to_the_triton_kernels_then_takes_their_plan_directly():

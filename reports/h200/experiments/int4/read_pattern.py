@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import sys
+from dataclasses import astuple
 
 import torch
 
@@ -209,8 +210,8 @@ def time_shape(mod, n: int, k: int) -> dict:
         cfg = cu.CudaGemvConfig.for_shape(1, n, k)
         ws, cnt = unused(a.device)
         fm = floor_module(1)
-        rec["kernel_loads_us"], _ = median_us(lambda: fm.int4_gemv(c, a, w, s, z, ws, cnt, cfg.warps, cfg.row_tiles,
-                                                                   cfg.splits, cfg.depth, cfg.stages), SWEEP_TIMING)
+        rec["kernel_loads_us"], _ = median_us(lambda: fm.int4_gemv(c, a, w, s, z, ws, cnt, *astuple(cfg)),
+                                              SWEEP_TIMING)
     except Exception as exc:  # noqa: BLE001 - the anchor is optional; the sweep below stands alone
         rec["kernel_loads_error"] = f"{type(exc).__name__}: {exc}"
     out = torch.empty(n // 16 * max(SPLITS) * max(WARPS) * 32, dtype=torch.int32, device="cuda")

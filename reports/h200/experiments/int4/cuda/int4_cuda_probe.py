@@ -2,10 +2,11 @@
 how fast against bf16 and the Triton kernels.
 
 1. Every configuration (warps, row tiles, splits of K across blocks, loads in flight: in registers, or through
-   the bulk ring of 2, 3 or 4 stages a block in shared memory, filled by a producer warp with cp.async.bulk) at
-   every checked shape, both dtypes, against ``int4_matmul_ref`` with the spec's tolerance, and bitwise
-   repeatable; a configuration that fails is recorded and never timed. A ring that does not fit the device's
-   shared memory per block is skipped, recorded as such.
+   the bulk ring of 2, 3 or 4 stages a block in shared memory, filled by a producer warp with cp.async.bulk; with
+   ``--configs``, the preload too: scales, zero points and activations copied to shared memory first) at every
+   checked shape, both dtypes, against ``int4_matmul_ref`` with the spec's tolerance, and bitwise repeatable; a
+   configuration that fails is recorded and never timed. A ring or preload that does not fit the device's shared
+   memory per block is skipped, recorded as such.
 2. At M in {1, 4, 16} and (N, K) in {(4096, 4096), (4096, 14336), (14336, 4096)}, bf16: each configuration, the
    launcher's own choice, the shipped Triton launcher (``int4_matmul``: the GEMV at M = 1, the tile kernel
    above) and bf16 ``F.linear`` on the resident dequantised weight, timed with harness.timing.engine.measure
@@ -67,10 +68,10 @@ RING_CONFIGS = tuple(cu.CudaGemvConfig(w, 1, 1, 1, st) for w in (4, 8) for st in
 CONFIGS = REGISTER_CONFIGS + RING_CONFIGS
 
 
-def fits(cfg, m) -> bool:
-    """Whether the launcher takes ``cfg`` at ``m`` rows on this device (its ring in the shared memory a block
-    may opt into)."""
-    return cfg.smem_bytes(m) <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+def fits(cfg, m, k) -> bool:
+    """Whether the launcher takes ``cfg`` at ``m`` rows and depth ``k`` on this device (its ring or preload in the
+    shared memory a block may opt into)."""
+    return cfg.smem_bytes(m, k) <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
 
 
 def check(spec, m, n, k, dtype_name, cfg) -> str | None:
@@ -133,7 +134,7 @@ def time_shape(m, n, k, bad: set) -> dict:
     if m <= cu.ROUTE_MAX_M and cfg.splits == 1:
         floors(rec, "floor", cfg, c, a, w, s, z)
     for cfg in CONFIGS:
-        if str(cfg) in bad or not fits(cfg, m):
+        if str(cfg) in bad or not fits(cfg, m, k):
             continue
         t, _ = median_us(lambda cfg=cfg: cu.int4_matmul_cuda(a=a, w=w, scales=s, zeros=z, c=c, config=cfg),
                          SWEEP_TIMING)
@@ -170,8 +171,8 @@ def main() -> int:
                    "of the launcher's choice")
     p.add_argument("--quick", action="store_true", help="the ring configurations and the launcher's register ones "
                    "alone, at M = 1 and 4, no floors (each floor is one more build of the source)")
-    p.add_argument("--configs", help="W,RT,S,D,ST;...: these configurations (with the launcher's own) instead of the "
-                   "sweep's, checked at every shape and timed at M = 1 and 4 (or --ms)")
+    p.add_argument("--configs", help="W,RT,S,D,ST[,PRE];...: these configurations (with the launcher's own) instead "
+                   "of the sweep's, checked at every shape and timed at M = 1 and 4 (or --ms)")
     p.add_argument("--with-floors", action="store_true", help="with --quick, the floors all the same (two more "
                    "builds): the launcher's and the fastest ring's")
     p.add_argument("--ms", help="M,...: the rows timed instead of the mode's own (the sweep's 1, 4, 16; 1 and 4 with "
@@ -212,9 +213,9 @@ def main() -> int:
     print(f"built in {time.time() - start:.1f} s", flush=True)
     bad = set()
     for (m, n, k), dtype_name, cfg in ((s, d, c) for s in CHECKS for d in DTYPES for c in CONFIGS):
-        if not fits(cfg, m):
+        if not fits(cfg, m, k):
             out["checks"].append({"M": m, "N": n, "K": k, "dtype": dtype_name, "config": str(cfg), "problem": None,
-                                  "skipped": f"{cfg.smem_bytes(m)} bytes of shared memory a block"})
+                                  "skipped": f"{cfg.smem_bytes(m, k)} bytes of shared memory a block"})
             continue
         try:
             problem = check(spec, m, n, k, dtype_name, cfg)
@@ -227,7 +228,7 @@ def main() -> int:
             print(f"check M={m} N={n} K={k} {dtype_name} {cfg}: {problem}", flush=True)
     skipped = sum("skipped" in c for c in out["checks"])
     print(f"checks: {len(out['checks']) - skipped} run, {sum(c['problem'] is not None for c in out['checks'])} "
-          f"failed, {skipped} skipped (the ring above the shared memory per block)", flush=True)
+          f"failed, {skipped} skipped (the ring or preload above the shared memory per block)", flush=True)
 
 
     def save():  # after every step: a run cut short by its time limit keeps what it measured
