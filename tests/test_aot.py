@@ -258,6 +258,32 @@ def test_build_cuda_with_torch_flags_rejects_what_load_inline_rejects():
     assert planted.ok, planted.error
 
 
+# one of the int4 decode kernel's 56 instantiations as its binary names it (kernels/int4_gemv.cu)
+MANGLED = ("_ZN7kh_int445_GLOBAL__N__13a0c060_12_int4_gemv_cu_c23d1c4913int4_gemv_mmaI13__nv_bfloat16Li1ELi1ELi2ELi0E"
+           "Lb1EEEvNS0_6ParamsE")
+
+
+@pytest.mark.skipif(cudabuild.find_tool("cu++filt") is None and cudabuild.find_tool("c++filt") is None,
+                    reason="neither cu++filt nor c++filt is installed")
+def test_kernel_names_are_printed_as_the_source_spells_them():
+    names = cudabuild.readable_names([MANGLED, "reverse256", MANGLED])
+    assert names == {MANGLED: "kh_int4::int4_gemv_mma<__nv_bfloat16, 1, 1, 2, 0, true>", "reverse256": "reverse256"}
+
+
+def test_without_a_demangler_the_binarys_names_stay(monkeypatch):
+    monkeypatch.setattr(cudabuild, "find_tool", lambda name, prefer_triton=False: None)
+    assert cudabuild.readable_names([MANGLED]) == {MANGLED: MANGLED}
+
+
+@pytest.mark.parametrize(("demangled", "shown"), [
+    ("void ns::f<int, (char)1>(ns::Params)", "ns::f<int, (char)1>"),
+    ("ns::g(int (*)(float))", "ns::g"),
+    ("reverse256", "reverse256"),
+])
+def test_the_argument_list_and_a_templates_return_type_are_dropped(demangled, shown):
+    assert cudabuild._without_arguments(demangled) == shown
+
+
 def test_build_cuda_without_nvcc(monkeypatch):
     monkeypatch.setattr(cudabuild, "find_nvcc", lambda: None)
     res = cudabuild.build_cuda(aot_kernels.CUDA_SRC)

@@ -138,6 +138,39 @@ def res_usage(binary: str, tool: str | None = None) -> tuple[str, str]:
     return p.stdout, "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["failed"])[0]
 
 
+def readable_names(names) -> dict[str, str]:
+    """Each C++ kernel name of ``names`` as its source spells it, for people: demangled by the toolkit's cu++filt or
+    binutils' c++filt, without anonymous namespaces or the argument list (``kh_int4::int4_gemv_mma<__nv_bfloat16,
+    1, 1, 2, 0, true>``, where the binary has 120 characters of which the first 60 are the same for every one of
+    its 56 kernels). Where neither tool is found, or it fails, every name stays as the binary has it."""
+    names = list(dict.fromkeys(names))
+    tool = find_tool("cu++filt") or find_tool("c++filt")
+    if not names or tool is None:
+        return {n: n for n in names}
+    try:
+        p = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {n: n for n in names}
+    lines = p.stdout.splitlines()
+    if p.returncode != 0 or len(lines) != len(names):
+        return {n: n for n in names}
+    return {n: _without_arguments(d.replace("(anonymous namespace)::", "")) for n, d in zip(names, lines, strict=True)}
+
+
+def _without_arguments(name: str) -> str:
+    """``void f<T>(Params)`` -> ``f<T>``: a template's return type and the last top-level parenthesised list dropped
+    (a C name has neither)."""
+    name = name.removeprefix("void ")
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i] if i else name
+    return name
+
+
 @dataclass(frozen=True)
 class KernelResources:
     kernel: str  # as in the binary (C++ names mangled)
