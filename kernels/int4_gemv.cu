@@ -374,11 +374,11 @@ __device__ __forceinline__ void mma_stage(float (&acc)[RT][NT][4], const Stage<R
 // y W + i, y W + i + S W, ..., the next D groups' loads in flight while it computes one (STAGES = 0), or the bulk
 // ring's stages y, y + S, ... of W groups each, warp i group i of each (the same groups), with one more warp, the
 // producer, filling the ring. The computing warps' partial tiles are summed in shared memory (dynamic, after the ring's
-// slots: W tiles of RT * NT * 128 fp32) in warp order. With S > 1 each split then writes its tile to the workspace and
-// takes a ticket; the split drawing the last one sums the S tiles in split order, writes c and resets the counter (as
-// kernels/splitk.py does for the Triton kernels): deterministic, one launch. At most 8 computing warps: the register
-// cap of a larger block made the 2 x 2 tile spill. Minimum blocks an SM 0, ptxas's own choice: an explicit 1 made it
-// take up to 50% more registers.
+// slots: W tiles of RT * NT * 128 fp32; the preload's memory follows them) in warp order. With S > 1 each split then
+// writes its tile to the workspace and takes a ticket; the split drawing the last one sums the S tiles in split order,
+// writes c and resets the counter (as kernels/splitk.py does for the Triton kernels): deterministic, one launch. At
+// most 8 computing warps: the register cap of a larger block made the 2 x 2 tile spill. Minimum blocks an SM 0,
+// ptxas's own choice: an explicit 1 made it take up to 50% more registers.
 template <typename T, int RT, int NT, int D, int STAGES, bool PRE>
 __global__ void __launch_bounds__(STAGES > 0 ? 288 : 256, 0) int4_gemv_mma(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
