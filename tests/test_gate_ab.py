@@ -254,8 +254,9 @@ def own_kernels_package():
     sys.modules.update(saved)
 
 
-def _tiny_case(tiny_repo, monkeypatch) -> dict:
-    """The tiny repository's first bench case against itself, run by the gate's case runner in this process."""
+def _tiny_case(tiny_repo, monkeypatch, expected: dict | None = None) -> dict:
+    """The tiny repository's first bench case against itself, run by the gate's case runner in this process
+    (``expected``: the tripwire's fingerprints, as the deciding process passes them)."""
     import dataclasses
 
     from harness.gate.abcase import run_ab_case
@@ -269,7 +270,8 @@ def _tiny_case(tiny_repo, monkeypatch) -> dict:
     return run_ab_case(pr_spec_path=spec, base_spec_path=spec, roots=[str(tiny_repo)], case_id=case.id,
                        dtype="fp32", seed=1, provider=None,
                        blocks=dataclasses.asdict(BlockConfig(method="host", host_blocks=0, budget_s=0.5)),
-                       threshold={"relative": 0.9, "floor_us": 0.0, "source": "test"}, noise=None, confidence=0.95)
+                       threshold={"relative": 0.9, "floor_us": 0.0, "source": "test"}, noise=None, confidence=0.95,
+                       expected=expected)
 
 
 def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch, own_kernels_package):
@@ -290,23 +292,32 @@ def test_each_side_s_peak_memory_goes_into_the_gates_row(tiny_repo, monkeypatch,
     assert (d["base_peak_mem_bytes"], d["pr_peak_mem_bytes"]) == (1000, 2000) and len(calls) == 2
 
 
-@pytest.mark.parametrize("outcome", ["shifted", "refused"])
+@pytest.mark.parametrize("outcome", ["shifted", "refused", "tampered"])
 def test_the_event_pairs_recheck_reaches_the_gates_row(tiny_repo, monkeypatch, own_kernels_package, outcome):
     """The timer's re-check of the empty event pair's cost (tests/test_event_overhead.py plants the measures) as
     the gate's row shows it: samples shifted are said in the reason; samples no measure can make a time of leave
-    the case NOT-COMPARED, a failure of the harness's measure that neither fails nor passes the pull request. On a
-    CPU the host clock has no event pair, so the re-check is stood in for."""
-    from harness.gate import interleave
+    the case NOT-COMPARED, a failure of the harness's measure that neither fails nor passes the pull request,
+    unless a clock was patched while they were taken (a kernel that zeroes every event span reads below zero):
+    then the tripwire's WRONG. On a CPU the host clock has no event pair, so the re-check is stood in for."""
+    import time
+
+    from harness.gate import integrity, interleave
     from harness.timing.sampler import OverheadMismeasured
 
     def planted(self, base, pr):
-        if outcome == "refused":
+        if outcome == "tampered":
+            real = time.perf_counter_ns
+            monkeypatch.setattr(time, "perf_counter_ns", lambda: real())
+        if outcome in ("refused", "tampered"):
             raise OverheadMismeasured("events: the timed calls' median read -11.70 us")
         return {"event_overhead_first_us": 17.6, "event_overhead_again_us": 1.6, "event_overhead_us": 1.6}
 
     monkeypatch.setattr(interleave._Timer, "recheck", planted)
-    d = _tiny_case(tiny_repo, monkeypatch)
-    if outcome == "refused":
+    d = _tiny_case(tiny_repo, monkeypatch, expected=integrity.fingerprints())
+    if outcome == "tampered":
+        assert d["verdict"] == "WRONG" and "timing or checking code changed while both sides were timed" in \
+            d["reason"] and "perf_counter_ns" in d["reason"], d
+    elif outcome == "refused":
         assert d["verdict"] == "NOT-COMPARED" and d["reason"] == "while timing, events: the timed calls' median " \
                                                                  "read -11.70 us", d
     else:

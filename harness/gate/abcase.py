@@ -203,7 +203,7 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
         return decide(base_blocks, pr_blocks, rule, paired=True, noise=noise, confidence=confidence, seed=key_seed)
 
     cfg = BlockConfig(**blocks)
-    host = None
+    host, failure = None, None
     try:
         timer = make_timer(fns["base"], fns["PR"], device.torch_device, cfg)
         run = measure_ab(fns["base"], fns["PR"], device.torch_device, cfg, judge, timer=timer,
@@ -212,15 +212,15 @@ def run_ab_case(*, pr_spec_path: str, base_spec_path: str, roots: list, case_id:
             host = _host(fns, device.torch_device, cfg, Threshold(**host_threshold), timer, confidence, key_seed)
         # one more call a side, as the bench measures it: what the call needs beyond what was allocated before
         peaks = {side: peak_bytes(fns[side], device.torch_device) for side in ("base", "PR")}
-    except OverheadMismeasured as exc:  # the harness's measure failed, not a side: no verdict either way
-        return {**out, "verdict": "NOT-COMPARED", "reason": f"while timing, {exc}"}
-    except _SideWrong as exc:
-        return {**out, "verdict": "WRONG" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
-    except _SideError as exc:
-        return {**out, "verdict": "ERROR" if exc.side == "PR" else "NOT-COMPARED", "reason": f"while timing, {exc}"}
+    except (OverheadMismeasured, _SideError) as exc:  # answered after the tripwire: a patched clock or check
+        failure = exc                                  # can make a side fail or the samples read below zero
     tampered = _tripwire(expected, "while both sides were timed", "PR")  # patched by a call: the PR's to explain
     if tampered:
         return {**out, "verdict": "WRONG", "reason": tampered}
+    if failure is not None:  # a side's failure is that side's; the harness's measure failing is neither's
+        side = getattr(failure, "side", None)
+        verdict = "NOT-COMPARED" if side != "PR" else "WRONG" if isinstance(failure, _SideWrong) else "ERROR"
+        return {**out, "verdict": verdict, "reason": f"while timing, {failure}"}
     d = run.decision
     stop = {"budget": "time budget spent", "max-blocks": "block limit reached"}.get(run.stop, "")
     base_all = [v for b in run.base_blocks for v in b]
