@@ -232,10 +232,11 @@ __host__ __device__ __forceinline__ int pre_bytes(int m, int row_tiles, int slot
 template <int RT>
 __device__ __forceinline__ void preload(const Params& p, unsigned char* pre, int slots, int warps, int n0, int groups) {
   const int y = blockIdx.y, sw = gridDim.y * warps;
+  const auto group_of = [&](int slot) { return (slot / warps) * sw + y * warps + slot % warps; };
   uint32_t* sz = reinterpret_cast<uint32_t*>(pre);
   for (int i = threadIdx.x; i < RT * 16 * slots; i += blockDim.x) {
     const int row = i / slots, slot = i % slots;
-    const int g = min((slot / warps) * sw + y * warps + slot % warps, groups - 1);
+    const int g = min(group_of(slot), groups - 1);
     const int n = min(n0 + row, p.N - 1);  // a row past N reads row N - 1; never stored
     const uint32_t s = __ldg(reinterpret_cast<const uint16_t*>(p.scales) + n * p.ss_n + g * p.ss_g);
     const uint32_t z = __ldg(p.zeros + n * p.sz_n + g * p.sz_g);
@@ -245,7 +246,7 @@ __device__ __forceinline__ void preload(const Params& p, unsigned char* pre, int
   const int pieces = slots * 16;  // 16 bytes (8 values) a piece, 16 a slot
   for (int i = threadIdx.x; i < p.M * pieces; i += blockDim.x) {
     const int m = i / pieces, slot = (i % pieces) / 16, piece = i % 16;
-    const int g = (slot / warps) * sw + y * warps + slot % warps, k = g * kGroup + piece * 8;
+    const int g = group_of(slot), k = g * kGroup + piece * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (g < groups && k < p.K)  // K % 32 == 0: a piece is all in range or all out
       v = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(p.a) + m * p.lda + k));

@@ -176,6 +176,11 @@ class KernelResources:
     kernel: str  # as in the binary (C++ names mangled)
     arch: str
     resources: Resources
+    shown: str = ""  # as the source spells it (readable_names), where a demangler was found
+
+    @property
+    def label(self) -> str:
+        return self.shown or self.kernel
 
 
 @dataclass(frozen=True)
@@ -273,11 +278,12 @@ def _kernel_resources(tool: str, fatbin: str, workdir: str, ptxas_log: str) -> t
         if m := re.search(r"\.(sm_\w+)\.cubin$", name):
             with open(os.path.join(workdir, name), "rb") as f:
                 reserved[normalize_arch(m.group(1))[0]] = reserved_shared(f.read())
-    out = []
-    for (arch, fn), v in parse_res_usage(text).items():
+    out, usage = [], parse_res_usage(text)
+    names = readable_names(fn for _, fn in usage)
+    for (arch, fn), v in usage.items():
         _, st, ld = spills.get((arch, fn), (0, 0, 0))
         shared = user_static_shared(v["SHARED"], reserved.get(arch, 0))
         res = Resources(registers=v["REG"], spill_store_bytes=st, spill_load_bytes=ld, stack_bytes=v["STACK"],
                         local_bytes=v["LOCAL"], shared_bytes=shared)
-        out.append(KernelResources(fn, arch or "", res))
+        out.append(KernelResources(fn, arch or "", res, names[fn]))
     return tuple(out)

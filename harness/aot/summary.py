@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.aot.nvcc import readable_names, resource_problems
+from harness.aot.nvcc import resource_problems
 from harness.aot.triton import TableRow
 from harness.spec.waivers import matrix_waiver
 
@@ -93,14 +93,14 @@ def cuda_entries(kernel: str, backend: str, archs, result, waivers: dict[str, st
     """One entry per NVIDIA target from an nvcc build (harness.aot.nvcc.CudaBuildResult)."""
     if result.status.startswith("skipped"):
         return [MatrixEntry(kernel, backend, arch, "skipped", 0, "", (), result.status) for arch in archs]
-    out, names = [], readable_names(k.kernel for k in result.kernels)
+    out = []
     for arch in archs:
         mine = [k for k in result.kernels if k.arch == arch]
         res = [k.resources for k in mine]
         problems = tuple(filter(None, [result.error if result.status == "error" else ""]))
         problems += tuple(p for p in result.problems if arch in p or "sm_" not in p)
         # as a Triton launch is held to them: no spills, the target's registers and shared memory
-        problems += tuple(f"{names[k.kernel][:120]}: {p}" for k in mine
+        problems += tuple(f"{k.label[:120]}: {p}" for k in mine
                           for p in resource_problems(k.resources, arch, allow_spills=False))
         problems = tuple(f"{kernel} {arch}: {p}" for p in problems)
         regs, shared = _most(r.registers for r in res), _most(r.shared_bytes for r in res)

@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.aot import parallel
 from harness.aot import triton as aot_triton
 from harness.aot.launches import record_launches as record_calls
-from harness.aot.nvcc import build_cuda, readable_names, torch_extension_flags
+from harness.aot.nvcc import build_cuda, torch_extension_flags
 from harness.aot.summary import (
     MATRIX_SCHEMA,
     MatrixEntry,
@@ -173,10 +173,9 @@ def build_cuda_backends(run: MatrixRun) -> MatrixRun:
         built_as = f" (built as {', '.join(targets)})" if targets != list(job.archs) else ""
         print(f"{job.spec.name} {job.backend.name}: nvcc {result.status}{built_as}; SASS "
               f"{', '.join(result.sass_archs) or '-'}; PTX {', '.join(result.ptx_archs) or '-'}")
-        names = readable_names(k.kernel for k in result.kernels)
         for k in result.kernels:
             r = k.resources
-            print(f"  {k.arch} {names[k.kernel][:120]}: {r.registers} regs, spills {r.spill_store_bytes}/"
+            print(f"  {k.arch} {k.label[:120]}: {r.registers} regs, spills {r.spill_store_bytes}/"
                   f"{r.spill_load_bytes} B, stack {r.stack_bytes} B, smem {r.shared_bytes} B")
         built = cuda_entries(job.spec.name, job.backend.name, job.archs, result, job.spec.waivers)
         return replace(job, entries=job.entries + tuple(built))
