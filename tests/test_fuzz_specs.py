@@ -1,216 +1,37 @@
 """Property-based tests: a malformed spec gives one line per problem, naming the file and the key, exit 2.
 
-hypothesis starts from two valid spec documents (built here as dicts, shaped like specs/*.toml and
+hypothesis starts from two valid spec documents (tests/spec_docs.py, shaped like specs/*.toml and
 tests/test_spec_errors.py's VALID) and breaks them: keys deleted, added, renamed; values swapped for
 values of other types; expressions, layouts, dtypes, arch rules and import paths replaced by broken
-ones; the file's bytes corrupted. Whatever comes out, ``python -m harness validate FILE`` must exit 0
-(the mutation happened to be valid) or 2 with every stderr line ``"<file>: <key>: <message>"``, and
-never a traceback, a warning or anything else on stdout/stderr. Every property runs 500 derandomized
-examples, so CI sees the same inputs on every run.
+ones; the file's bytes corrupted. Whatever comes out must pass ``assert_one_line_problems`` (exit 0 or 2,
+one ``"<file>: <key>: <message>"`` line per problem, never a traceback or a warning). Every property runs
+500 derandomized examples, so CI sees the same inputs on every run. What they found is pinned in
+tests/test_spec_found.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import keyword
 import math
-import re
 import sys
-import tempfile
-import warnings
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.cli.main import main
-from harness.spec.imports import use_interpreter_if_no_gpu
-from harness.spec.load import load
 from tests.e2e import FUZZ_EXAMPLES
 from tests.fuzz_docs import parent, splice_bytes, structural_mutation, walk
+from tests.spec_docs import BASES, MOD, assert_one_line_problems, scale_doc, toml_dumps
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-use_interpreter_if_no_gpu()
-import tests.planted.broken_kernels  # noqa: E402,F401  imported once: an example only reads its spec
-
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much, HealthCheck.large_base_example])
-MOD = "tests.planted.broken_kernels"
-NAME = "scale"  # the file is always scale.toml, so kernel.name matches unless a mutation changes it
 
-
-def scale_doc() -> dict:
-    """tests/test_spec_errors.py's VALID."""
-    return {
-        "kernel": {"name": NAME, "summary": "out = x * w * 2", "reference": f"{MOD}:scale_ref",
-                   "dtypes": ["fp32", "fp16", "bf16"], "layouts": ["padded", "strided", "transposed"],
-                   "fallback": ["triton", "reference"]},
-        "backends": {"triton": {"impl": f"{MOD}:scale", "arch": ["cpu", ">=sm_80"], "requires": ["triton"]}},
-        "params": {},
-        "inputs": {"x": {"shape": ["rows", "cols"], "values": "normal"}, "w": {"shape": ["cols"]}},
-        "outputs": {"out": {"shape": ["rows", "cols"]}},
-        "tolerance": {"bf16": {"rtol": 1.6e-2}},
-        "cases": {"constraints": ["cols >= 0"],
-                  "edge": {"base": {"rows": 5, "cols": 33}, "vary": {"rows": [0, 1], "cols": [1, 83]}},
-                  "ci": [{"rows": 16, "cols": 128}]},
-        "roofline": {"bytes": "bytes_x + bytes_w + bytes_out", "flops": "2 * numel_x", "target": 0.5},
-    }
-
-
-def rich_doc() -> dict:
-    """Every section of the spec reference (docs/spec.md), as rmsnorm.toml and rope.toml use them; its launchers
-    take any keyword, as the tensors and params here are not the planted scale kernel's."""
-    return {
-        "kernel": {"name": NAME, "summary": "every feature", "reference": f"{MOD}:scale_ref_any",
-                   "dtypes": ["fp32", "bf16"], "layouts": ["padded", "strided", "transposed"],
-                   "fallback": ["cuda", "triton", "reference"], "timeout": 60},
-        "backends": {
-            "triton": {"impl": f"{MOD}:scale_any", "arch": ["cpu", "sm_80..sm_90", "<sm_100"],
-                       "requires": ["triton"], "layouts": ["padded"]},
-            "cuda": {"impl": f"{MOD}:scale_any", "arch": [">=sm_80"], "requires": ["zz_fuzz_missing_ext"],
-                     "tools": ["nvcc"], "source": f"{MOD}:scale", "build": f"{MOD}:scale"},
-        },
-        "peers": {"liger": {"impl": "zz_fuzz_missing_peer:scale", "requires": ["zz_fuzz_missing_peer"]}},
-        "params": {"eps": {"value": 1e-6}, "half": {"expr": "cols // 2"}, "flag": {"value": True},
-                   "mode": {"value": "fast"}},
-        "inputs": {
-            "x": {"shape": ["rows", "cols"], "dtype": "case", "values": "uniform(-1, 1)", "inplace": False,
-                  "contiguous": False},
-            "idx": {"shape": ["rows"], "dtype": "int64", "values": "randint(0, max_pos)", "contiguous": True},
-            "w": {"shape": [1, "cols"], "values": "normal(0, 2)"},
-            "acc": {"shape": ["rows", "block"], "dtype": "fp32", "inplace": True},
-        },
-        "outputs": {"out": {"shape": ["rows", "cols"], "dtype": "case"}},
-        "tolerance": {"bf16": {"rtol": 2e-2, "atol": 1e-2, "reason": "fp32 accumulation, one rounding"},
-                      "fp32": {"rtol": 1e-6}},
-        "waive": {"determinism": "split-K reduction with atomics"},
-        "cases": {
-            "symbols": {"max_pos": 4096, "block": "min(cols, 64)", "neox": True},
-            "constraints": ["cols >= 0", "block <= max(cols, 1)", "not (rows < 0)"],
-            "edge": {"base": {"rows": 5, "cols": 33}, "vary": {"rows": [0, 1, 83], "cols": [1, 7, 769]},
-                     "extra": [{"rows": 3, "cols": 4097}, {"rows": 2, "cols": 7, "layout": "transposed"}]},
-            "ci": [{"rows": 16, "cols": 128}, {"rows": 3, "cols": 130, "layout": "padded"}],
-            "full": [{"rows": 8192, "cols": 4096}],
-            "huge": [{"rows": 524417, "cols": 4096}],
-            "bench": [{"rows": 16384, "cols": 4096, "headline": True}, {"rows": 64, "cols": 4096}],
-        },
-        "roofline": {"bytes": "2 * bytes_x + bytes_w", "flops": "4 * numel_x", "target": 0.8},
-    }
-
-
-BASES = {"scale": scale_doc, "rich": rich_doc}
-
-# ----------------------------------------------------------------------------- a tiny TOML writer
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def toml_str(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def toml_key(k: str) -> str:
-    return k if _BARE_KEY.fullmatch(k) else toml_str(k)
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        return ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, str):
-        return toml_str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
-    raise TypeError(type(v))
-
-
-def toml_dumps(doc: dict) -> str:
-    """Top-level tables as [headers], everything below them inline (TOML 1.0, what tomllib reads)."""
-    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            lines.append(f"\n[{toml_key(k)}]")
-            lines += [f"{toml_key(k2)} = {toml_value(v2)}" for k2, v2 in v.items()]
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------- running validate
-
-WHOLE_FILE = ("invalid TOML: ", "file not found", "cannot read")
-# Everything str.splitlines() splits on: a problem must not contain any of them.
-LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def validate(data: bytes) -> tuple[int, str, str, str, list]:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{NAME}.toml"
-        path.write_bytes(data)
-        out, err = io.StringIO(), io.StringIO()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = main(["validate", str(path)])
-            usable = _usable(path) if code == 0 else None
-        assert usable is None, usable
-        return code, out.getvalue(), err.getvalue(), str(path), [str(w.message) for w in caught]
-
-
-def _usable(path: Path) -> str | None:
-    """An accepted spec can be called as the calling convention (docs/spec.md) says: keyword arguments."""
-    spec = load(path)
-    names = [t.name for t in spec.tensors] + list(spec.params)
-    bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
-    if bad:
-        return f"accepted argument names that are not Python identifiers: {bad}"
-    if len(set(names)) != len(names):
-        return f"accepted duplicate argument names: {names}"
-    return None
-
-
-def assert_one_line_problems(data: bytes) -> int:
-    code, out, err, path, caught = validate(data)
-    if currently_in_test_context():
-        event(f"exit {code}")
-    assert code in (0, 2), (code, out, err)
-    assert "Traceback" not in out + err, err
-    assert caught == [], caught
-    if code == 0:
-        assert err == "", err
-        assert out.startswith(f"{path}: ok (") and out.count("\n") == 1, out
-        return code
-    assert out == "", out
-    assert err.endswith("\n") and err.strip(), err
-    for line in err[:-1].split("\n"):
-        assert not LINE_BREAKS.search(line), repr(line)
-        assert line.startswith(f"{path}: "), line
-        rest = line[len(path) + 2:]
-        if rest.startswith(WHOLE_FILE):
-            continue
-        key, sep, message = rest.partition(": ")
-        assert sep and key.strip() and message.strip(), f"no key in {line!r}"
-    return code
 
 
 def test_base_documents_are_valid_and_round_trip():
@@ -459,82 +280,3 @@ def test_nasty_expression_in_a_shape_gives_one_line_per_problem(expression):
     doc = scale_doc()
     doc["inputs"]["w"]["shape"] = [expression]
     assert_one_line_problems(toml_dumps(doc).encode())
-
-
-# ----------------------------------------------------------------------------- what the properties found
-
-def _set(path, value):
-    def apply(doc):
-        node = doc
-        for p in path[:-1]:
-            node = node.setdefault(p, {})
-        node[path[-1]] = value
-    return apply
-
-
-def _param(name, entry):
-    """Add a param, and call launchers that take it (scale's own signature has no params)."""
-    def apply(doc):
-        doc["params"][name] = entry
-        doc["kernel"]["reference"] = f"{MOD}:scale_ref_any"
-        doc["backends"]["triton"]["impl"] = f"{MOD}:scale_any"
-    return apply
-
-
-def _rename(table, old, new):
-    def apply(doc):
-        doc[table][new] = doc[table].pop(old)
-    return apply
-
-
-# (change to scale_doc, exit code, a fragment of an expected line or None)
-REGRESSIONS = [
-    (_set(("cases", "edge", "vary", "cols"), [1, 83, math.inf]), 2, "cases.edge (rows=5,cols=inf): w dimension"),
-    (_set(("inputs", "w", "shape"), ["cols * 9 ** 9 ** 9"]), 2, "an integer larger than 2**4096"),  # hung
-    (_set(("inputs", "w", "shape"), ["ceil(cols * 1e308 * 10)"]), 2, "ceil(): cannot convert float infinity"),
-    (_set(("inputs", "w", "shape"), ["-" * 5000 + "cols"]), 2, "inputs.w.shape[0]: bad expression"),
-    (_set(("inputs", "w", "shape"), ["cols\x00"]), 2, "inputs.w.shape[0]: bad expression: cannot parse"),
-    (_set(("inputs", "w", "shape"), ["(-8) ** 0.5 + cols"]), 2, "the result is not a real number"),
-    (_set(("tolerance", "bf16", "rtol"), 10**400), 2, "tolerance.bf16.rtol: expected a number, got 1000"),
-    (_set(("tolerance", "bf16", "rtol"), math.nan), 2, "tolerance.bf16.rtol: must be a finite number >= 0, got nan"),
-    (_set(("tolerance", "bf16", "atol"), math.inf), 2, "tolerance.bf16.atol: must be a finite number >= 0, got inf"),
-    (_set(("kernel", "timeout"), -1), 2, "kernel.timeout: must be a positive number of seconds, got -1.0"),
-    (_set(("kernel", "summary"), {"a\nb": 1}), 2, 'kernel.summary: expected a string, got a table'),
-    (_set(("kernel", "a\u2028b"), 1), 2, 'kernel."a\\u2028b": unknown key'),
-    (_set((" ",), 1), 2, '" ": unknown key'),
-    (_set(("",), 1), 2, '"": unknown key'),
-    (_set(("waive", "determinism"), "a\nb"), 0, None),
-    (_param("mode", {"value": "fast"}), 0, None),  # a string param: used to fail once per case
-    (_param("limit", {"value": math.inf}), 0, None),  # used to be "undefined symbol 'inf'"
-    (_set(("params", "mode"), {"value": "fast"}), 2, 'has no keyword parameter "mode" (the spec\'s params.mode)'),
-    (_set(("outputs", "out", "dtype"), "int64"), 0, None),  # used to ask for values, which outputs cannot take
-    (_rename("inputs", "w", "w w"), 2, "inputs.w w: not a Python identifier"),
-    (_rename("outputs", "out", "x"), 2, "outputs.x: inputs.x has the same name"),
-    (_set(("params", "class"), {"value": 1}), 2, "params.class: not a Python identifier"),
-]
-
-
-@pytest.mark.parametrize("change, code, fragment", REGRESSIONS, ids=[f"r{i}" for i in range(len(REGRESSIONS))])
-def test_found_by_the_properties(change, code, fragment):
-    doc = scale_doc()
-    doc["roofline"]["bytes"] = "bytes_x"  # renaming w or out must not break the roofline first
-    change(doc)
-    assert assert_one_line_problems(toml_dumps(doc).encode()) == code
-    if fragment is not None:
-        assert fragment in validate(toml_dumps(doc).encode())[2]
-
-
-def test_huge_integer_literal_is_invalid_toml():
-    text = toml_dumps(scale_doc()).replace("rows = 16", "rows = " + "9" * 5000)
-    code, _, err, path, _ = validate(text.encode())
-    assert code == 2 and err.startswith(f"{path}: invalid TOML: Exceeds the limit") and err.count("\n") == 1
-
-
-def test_param_values_evaluate_to_themselves(tmp_path):
-    doc = scale_doc()
-    for name, value in (("mode", "fast"), ("limit", math.inf), ("eps", 1e-6)):
-        _param(name, {"value": value})(doc)
-    path = tmp_path / f"{NAME}.toml"
-    path.write_text(toml_dumps(doc))
-    spec = load(path)
-    assert {n: p({}) for n, p in spec.params.items()} == {"mode": "fast", "limit": math.inf, "eps": 1e-6}
