@@ -25,20 +25,19 @@ first A/A pass as a gate comparison: compare.md, compare.json, forest plot). Usa
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from gate_cases import Case, build_cases, rates  # noqa: E402  (bench/, this script's folder)
+
 T0 = time.monotonic()
 
 
@@ -66,62 +65,7 @@ def left() -> float:
     return ARGS.time_limit - (time.monotonic() - T0)
 
 
-@dataclass
-class Case:
-    kernel: str
-    case_id: str
-    spec: object
-    fa: object                    # the copy (the "base")
-    fb: object                    # the working tree (the "PR")
-    shape: dict = field(default_factory=dict)
-    headline: bool = False
-    timer: object = None
-    medians: list = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return f"{self.kernel} {self.case_id}"
-
-
 # ----------------------------------------------------------------------------- setup
-
-def build_cases(device, notes: list) -> list[Case]:
-    """Every spec's bench (smoke: ci) cases in bf16, the provider loaded from a copy and from the tree."""
-    import functools
-
-    from harness.correctness.args import case_seed, make_args
-    from harness.gate.basetree import rewrite_imports
-    from harness.spec.imports import resolve_import
-    from harness.spec.load import load
-
-    root = Path(tempfile.mkdtemp(prefix="kh-gate-quality-"))
-    atexit.register(shutil.rmtree, root, True)
-    pkg = "kh_aa_copy"
-    for f in (REPO / "kernels").rglob("*.py"):  # the A side: the same source under its own module root
-        dest = root / pkg / "kernels" / f.relative_to(REPO / "kernels")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(rewrite_imports(f.read_bytes(), "kernels", pkg))
-    (root / pkg / "__init__.py").write_text("")
-    sys.path.append(str(root))
-    cases = []
-    for path in sorted(Path(ARGS.specs_dir).glob("*.toml")):
-        try:
-            spec = load(path)
-            if "bf16" not in spec.dtypes:
-                notes.append(f"{spec.name}: no bf16, skipped")
-                continue
-            impl = spec.reference if ARGS.provider == "reference" else spec.backends[ARGS.provider].impl
-            fa, fb = resolve_import(f"{pkg}.{impl}"), resolve_import(impl)
-            for case in spec.cases["ci" if ARGS.smoke else "bench"]:
-                seed = case_seed(spec, "bf16", case)
-                # one set of tensors for both sides, as the gate does (harness/gate/abcase.py says why)
-                ka = kb = make_args(spec, case, "bf16", device.torch_device, seed).kwargs()
-                cases.append(Case(spec.name, case.id, spec, functools.partial(fa, **ka), functools.partial(fb, **kb),
-                                  case.values, case.headline))
-        except Exception as exc:  # one spec that cannot be set up must not end the run
-            notes.append(f"{path.stem}: not set up: {type(exc).__name__}: {str(exc)[:200]}")
-    return cases
-
 
 def config():
     from harness.gate.interleave import BlockConfig
@@ -154,12 +98,6 @@ def trial(case: Case, fa, fb, rule, cfg, timer) -> dict:
 def _rounded(blocks) -> list:
     """Samples to 0.1 ns: the JSON of hundreds of trials stays a few MB."""
     return [[round(v, 4) for v in b] for b in blocks]
-
-
-def rates(trials) -> dict:
-    n = len(trials)
-    count = {v: sum(t["verdict"] == v for t in trials) for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")}
-    return {"n": n, **count, **{f"{v.lower()}_rate": (count[v] / n if n else None) for v in count}}
 
 
 # ----------------------------------------------------------------------------- phases
@@ -404,7 +342,7 @@ def main() -> int:
     out_dir = Path(ARGS.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     notes: list = []
-    cases = build_cases(DEVICE, notes)
+    cases = build_cases(DEVICE, ARGS.specs_dir, ARGS.provider, ARGS.smoke, notes)
     if ARGS.child:  # the second process of the cross-process A/A: samples only
         Path(ARGS.child).write_text(json.dumps(stored_samples(cases, 40 if ARGS.smoke else 120)))
         return 0
