@@ -5,11 +5,13 @@ bf16, one provider's launcher loaded twice, from a copy of kernels/ under its ow
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import functools
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,3 +83,90 @@ def rates(trials) -> dict:
     n = len(trials)
     count = {v: sum(t["verdict"] == v for t in trials) for v in ("SLOWER", "FASTER", "SAME", "INCONCLUSIVE")}
     return {"n": n, **count, **{f"{v.lower()}_rate": (count[v] / n if n else None) for v in count}}
+
+
+def aa_passes(cases, reps: int, go_on, trial, make_timer, out: dict, what: str) -> None:
+    """A/A passes over every case into ``out["aa"]`` (its ``trials``, ``pass_wall_s``, ``rates``): ``trial(case)``
+    is a verdict record of the case against itself, on the timer ``make_timer(case)`` made once per case; each
+    base median is kept on its case. A pass begins while ``go_on(rep)``; a case that fails is an error, not the
+    end."""
+    aa = out["aa"]
+    for rep in range(reps):
+        if not go_on(rep):
+            aa["stopped"] = f"time: {rep} passes done"
+            break
+        began = time.monotonic()
+        for case in cases:
+            try:
+                if case.timer is None:
+                    case.timer = make_timer(case)
+                t = trial(case)
+                case.medians.append(t["base_median_us"])
+                aa["trials"].append({**t, "rep": rep})
+            except Exception as exc:
+                out["errors"].append(f"{what} {case.label} rep {rep}: {type(exc).__name__}: {str(exc)[:300]}")
+        aa["pass_wall_s"].append(time.monotonic() - began)
+        print(f"{what} pass {rep + 1}: {aa['pass_wall_s'][-1]:.1f} s, {rates(aa['trials'])}", flush=True)
+    aa["rates"] = rates(aa["trials"])
+
+
+def options(description: str, time_limit: tuple[float, float], reps: tuple[int, int]) -> argparse.ArgumentParser:
+    """The options both scripts take; ``time_limit`` and ``reps``: the defaults (full run, --smoke)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", required=True)
+    p.add_argument("--smoke", action="store_true", help="tiny settings: ci shapes, eager torch, host timer")
+    p.add_argument("--time-limit", type=float,
+                   help=f"seconds for the whole script (default {time_limit[0]:g}; smoke {time_limit[1]:g})")
+    p.add_argument("--aa-reps", type=int, help=f"A/A passes (default {reps[0]}; smoke {reps[1]})")
+    p.add_argument("--planted-reps", type=int, help=f"repetitions per planted slowdown (default {reps[0]})")
+    p.add_argument("--provider", help="backend to time (default triton; reference with --smoke)")
+    p.add_argument("--specs-dir", default=str(REPO / "specs"))
+    p.set_defaults(defaults=(time_limit, reps))
+    return p
+
+
+def parsed(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """The options with their defaults filled in, full or smoke."""
+    a = p.parse_args(argv)
+    (limit, smoke_limit), (reps, smoke_reps) = a.defaults
+    del a.defaults
+    a.time_limit = a.time_limit or (smoke_limit if a.smoke else limit)
+    a.aa_reps = a.aa_reps or (smoke_reps if a.smoke else reps)
+    a.planted_reps = a.planted_reps or (smoke_reps if a.smoke else reps)
+    a.provider = a.provider or ("reference" if a.smoke else "triton")
+    return a
+
+
+def start(args, t0: float, block_config: dict):
+    """What both scripts begin with: (device, output folder, cases, the run record's head). The interpreter is
+    switched on first where there is no GPU, as the harness does."""
+    from harness.spec.imports import use_interpreter_if_no_gpu
+
+    use_interpreter_if_no_gpu()
+    from harness.target.device import detect
+    from harness.timing.environment import collect_environment
+
+    device = detect()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes: list = []
+    cases = build_cases(device, args.specs_dir, args.provider, args.smoke, notes)
+    out = {"environment": collect_environment(device=device.torch_device), "settings": vars(args),
+           "block_config": block_config, "errors": [], "notes": notes, "n_cases": len(cases),
+           "setup_s": time.monotonic() - t0}
+    return device, out_dir, cases, out
+
+
+def calibration_doc(entries: dict, env: dict, verdicts, script: str) -> dict:
+    """A calibration file: each derived entry (harness.gate.calibration.derive) as the gate reads it, its derivation
+    beside it, and the machine and software its A/A verdicts were taken on."""
+    doc = {k: {"min_effect": v["min_effect"], "floor_us": v["floor_us"], "derivation": v} for k, v in entries.items()}
+    doc["provenance"] = {"summary": f"{env.get('device')}, driver {env.get('driver')}, torch {env.get('torch')}, "
+                                    f"{env.get('date')}, {verdicts} {script}", "commit": env.get("git_commit")}
+    return doc
+
+
+def closing_lines(out: dict, seconds: float) -> list[str]:
+    """The summary's last lines: every error, the notes and the script's wall time."""
+    return [f"Errors ({len(out['errors'])}):"] + [f"- {e}" for e in out["errors"]] + [
+        "", f"Notes: {'; '.join(out['notes']) or 'none'}", f"Script wall time: {seconds:.1f} s"]

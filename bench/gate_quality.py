@@ -36,28 +36,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from gate_cases import Case, build_cases, rates  # noqa: E402  (bench/, this script's folder)
+from gate_cases import Case, aa_passes, calibration_doc, closing_lines, parsed, rates, start  # noqa: E402  (bench/, this script's folder)
+from gate_cases import options as gate_options  # noqa: E402
 
 T0 = time.monotonic()
 
 
 def options(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--smoke", action="store_true", help="tiny settings: ci shapes, eager torch, host timer")
-    p.add_argument("--time-limit", type=float, help="seconds for the whole script (default 330; smoke 150)")
-    p.add_argument("--aa-reps", type=int, help="A/A passes (default 20, at least --min-aa-reps unless late)")
+    p = gate_options(__doc__.splitlines()[0], (330.0, 150.0), (20, 2))
     p.add_argument("--min-aa-reps", type=int, default=10)
-    p.add_argument("--planted-reps", type=int, help="repetitions per planted slowdown (default 20)")
-    p.add_argument("--provider", help="backend to time (default triton; reference with --smoke)")
-    p.add_argument("--specs-dir", default=str(REPO / "specs"))
     p.add_argument("--child", help=argparse.SUPPRESS)   # internal: the cross-process run writes its samples here
-    a = p.parse_args(argv)
-    a.time_limit = a.time_limit or (150.0 if a.smoke else 330.0)
-    a.aa_reps = a.aa_reps or (2 if a.smoke else 20)
+    a = parsed(p, argv)
     a.min_aa_reps = min(a.min_aa_reps, a.aa_reps) if not a.smoke else min(2, a.aa_reps)
-    a.planted_reps = a.planted_reps or (2 if a.smoke else 20)
-    a.provider = a.provider or ("reference" if a.smoke else "triton")
     return a
 
 
@@ -107,24 +97,11 @@ def phase_aa(cases, rule_in_force, cfg, out: dict) -> None:
     from harness.gate.interleave import make_timer
 
     out["aa"] = {"threshold": asdict(rule_in_force), "trials": [], "pass_wall_s": []}
-    for rep in range(ARGS.aa_reps):
-        share = 0.45 if rep >= ARGS.min_aa_reps else 0.6   # past the minimum, leave time for the rest
-        if time.monotonic() - T0 > share * ARGS.time_limit:
-            out["aa"]["stopped"] = f"time: {rep} passes done"
-            break
-        start = time.monotonic()
-        for case in cases:
-            try:
-                if case.timer is None:
-                    case.timer = make_timer(case.fa, case.fb, DEVICE.torch_device, cfg)
-                t = trial(case, case.fa, case.fb, for_spec(rule_in_force, case.spec), cfg, case.timer)
-                case.medians.append(t["base_median_us"])
-                out["aa"]["trials"].append({**t, "rep": rep})
-            except Exception as exc:
-                out["errors"].append(f"A/A {case.label} rep {rep}: {type(exc).__name__}: {str(exc)[:300]}")
-        out["aa"]["pass_wall_s"].append(time.monotonic() - start)
-        print(f"A/A pass {rep + 1}: {time.monotonic() - start:.1f} s, {rates(out['aa']['trials'])}", flush=True)
-    out["aa"]["rates"] = rates(out["aa"]["trials"])
+    # past the minimum of passes, time is left for the rest
+    aa_passes(cases, ARGS.aa_reps,
+              lambda rep: time.monotonic() - T0 <= (0.45 if rep >= ARGS.min_aa_reps else 0.6) * ARGS.time_limit,
+              lambda case: trial(case, case.fa, case.fb, for_spec(rule_in_force, case.spec), cfg, case.timer),
+              lambda case: make_timer(case.fa, case.fb, DEVICE.torch_device, cfg), out, "A/A")
 
 
 def rejudge(trials, rule_of) -> dict:
@@ -322,33 +299,20 @@ def summary_md(out: dict) -> str:
         lines.append(f"- {r['kernel']} {r['case_id']}: second / first process {r['ratio']:.4f} "
                      f"({r['verdict_at_in_process_threshold']} at the in-process threshold)")
     lines.append("")
-    lines += [f"Errors ({len(out['errors'])}):"] + [f"- {e}" for e in out["errors"]] + [
-        "", f"Notes: {'; '.join(out['notes']) or 'none'}", f"Script wall time: {time.monotonic() - T0:.1f} s"]
+    lines += closing_lines(out, time.monotonic() - T0)
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     global DEVICE
-    from harness.spec.imports import use_interpreter_if_no_gpu
-
-    use_interpreter_if_no_gpu()
+    DEVICE, out_dir, cases, out = start(ARGS, T0, asdict(config()))
     from harness.gate.calibration import default_threshold, derive, for_spec
     from harness.gate.model import IN_PROCESS, Threshold
     from harness.gate.verdict import MIN_BLOCKS
-    from harness.target.device import detect
-    from harness.timing.environment import collect_environment
 
-    DEVICE = detect()
-    out_dir = Path(ARGS.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    notes: list = []
-    cases = build_cases(DEVICE, ARGS.specs_dir, ARGS.provider, ARGS.smoke, notes)
     if ARGS.child:  # the second process of the cross-process A/A: samples only
         Path(ARGS.child).write_text(json.dumps(stored_samples(cases, 40 if ARGS.smoke else 120)))
         return 0
-    out = {"environment": collect_environment(device=DEVICE.torch_device), "settings": vars(ARGS),
-           "block_config": asdict(config()), "errors": [], "notes": notes, "n_cases": len(cases),
-           "setup_s": time.monotonic() - T0}
     try:
         in_force = default_threshold(IN_PROCESS)
         phase_aa(cases, in_force, config(), out)
@@ -365,12 +329,8 @@ def main() -> int:
     except Exception:
         out["errors"].append(traceback.format_exc()[-2000:])
     finally:
-        env = out["environment"]
-        cal = out.get("calibration", {})
-        doc = {k: {"min_effect": v["min_effect"], "floor_us": v["floor_us"], "derivation": v} for k, v in cal.items()}
-        doc["provenance"] = {"summary": f"{env.get('device')}, driver {env.get('driver')}, torch {env.get('torch')},"
-                                        f" {env.get('date')}, {out.get('aa', {}).get('rates', {}).get('n')} A/A "
-                                        "verdicts (bench/gate_quality.py)", "commit": env.get("git_commit")}
+        doc = calibration_doc(out.get("calibration", {}), out["environment"],
+                              out.get("aa", {}).get("rates", {}).get("n"), "A/A verdicts (bench/gate_quality.py)")
         (out_dir / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
         (out_dir / "gate_quality.json").write_text(json.dumps(out, separators=(",", ":"), default=str) + "\n")
         (out_dir / "gate_quality.md").write_text(summary_md(out))

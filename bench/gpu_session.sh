@@ -10,6 +10,8 @@
 #             persistent GEMM, flash attention and int4's split K (two launches a call), SM clock beside each
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
+#   gate-host bench/gate_host_quality.py: the gate's verdict on host time per call (A/A, launchers with planted host
+#             work, the host_in_process calibration); into gate-host.tgz
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
 #   checks    the generated ci-tier tests of every kernel (stale, stream and graph checks included), then the
 #             harness's own tests that need a GPU (the planted clock-fooling launchers among them)
@@ -170,6 +172,11 @@ case "$what" in
     timeout 240 python3 -m harness bench --against HEAD --out "$OUT/gate-aa" 2>&1 | tee "$OUT/gate-aa.log" | tail -15
     echo "gate run (bench --against HEAD) exit ${PIPESTATUS[0]}, wall: $((SECONDS - start)) s" | tee -a "$OUT/gate-aa.log"
     tar -C "$OUT" -czf "$OUT/gate.tar.gz" gq gate-aa && rm -rf "$OUT/gq" "$OUT/gate-aa"
+    ;;
+  gate-host)
+    timeout "${GATE_HOST_S:-300}" python3 bench/gate_host_quality.py --out "$OUT/gate-host" "$@" 2>&1 \
+      | tee "$OUT/gate_host_quality.log" | tail -40
+    tar -C "$OUT" -czf "$OUT/gate-host.tgz" gate-host && rm -rf "$OUT/gate-host"
     ;;
   profile)
     bash bench/profile_gpu.sh "$@"
