@@ -84,6 +84,9 @@ def rich_doc() -> dict:
             "bench": [{"rows": 16384, "cols": 4096, "headline": True}, {"rows": 64, "cols": 4096}],
         },
         "roofline": {"bytes": "2 * bytes_x + bytes_w", "flops": "4 * numel_x", "target": 0.8},
+        "targets": [{"against": "liger", "speedup": 1.5, "where": {"rows": 64, "cols": 4096}, "reason": "a promise"},
+                    {"provider": "cuda", "against": "reference", "speedup": 0.8, "metric": "host", "dtype": "bf16",
+                     "where": [{"rows": 16384}], "reason": "host time", "gap": "measured"}],
     }
 
 

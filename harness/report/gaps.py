@@ -10,11 +10,13 @@ triton), so the torch-free ``nox -s report`` environment reads it like any other
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.results.model import Results
 from harness.spec.load import load
+from harness.spec.model import Spec
 from harness.spec.schema import SpecError
 
 
@@ -26,16 +28,21 @@ class Gap:
     edited: bool         # the file's SHA-256 differs from the one recorded with the results
 
 
-def spec_gaps(results: Results, root: Path | None = None) -> dict[str, Gap]:
-    """kernel -> its spec's gap text, for the kernels with at least one candidate case below its target."""
-    below = {c.kernel for c in results.cases if c.role == "candidate" and c.verdict == "below-target"}
-    gaps: dict[str, Gap] = {}
+def run_specs(results: Results, root: Path | None = None) -> Iterator[tuple[str, Spec, bool]]:
+    """(the file as the results name it, its spec, whether it was edited since the run) for each spec the run was
+    measured with that still loads."""
     for name, sha in (results.environment.get("spec_sha256") or {}).items():
         path = Path(name) if root is None or Path(name).is_absolute() else root / name
         try:
             data, spec = path.read_bytes(), load(path)
         except (OSError, SpecError):
             continue  # moved or broken since the run: the report has nothing to quote (validate says why)
-        if spec.name in below and spec.roofline is not None and spec.roofline.gap:
-            gaps[spec.name] = Gap(spec.name, spec.roofline.gap, name, hashlib.sha256(data).hexdigest() != sha)
-    return gaps
+        yield name, spec, hashlib.sha256(data).hexdigest() != sha
+
+
+def spec_gaps(results: Results, root: Path | None = None) -> dict[str, Gap]:
+    """kernel -> its spec's gap text, for the kernels with at least one candidate case below its target."""
+    below = {c.kernel for c in results.cases if c.role == "candidate" and c.verdict == "below-target"}
+    return {spec.name: Gap(spec.name, spec.roofline.gap, name, edited)
+            for name, spec, edited in run_specs(results, root)
+            if spec.name in below and spec.roofline is not None and spec.roofline.gap}

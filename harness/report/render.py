@@ -24,6 +24,7 @@ from harness.report.matrix import static_matrix
 from harness.report.plots import Plots, render_plots, shape_label
 from harness.report.profile import insert_profile
 from harness.report.shapes import shapes_table
+from harness.report.targets import targets_section
 from harness.results.io import atomic_write_text
 from harness.results.load import load_results
 from harness.results.model import CaseResult, Results
@@ -315,6 +316,7 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "what_timed": _what_was_timed(results),
         "ceilings_when": ceilings_when(results),
         "summary": _summary(results),
+        "targets": targets_section(results),
         "ceilings": ceilings_section(results),
         "arch_matrix": _arch_matrix(results),
         "waivers": _table(["kernel", "what", "reason"],

@@ -90,7 +90,8 @@ def load_all(paths) -> tuple[list[Spec], list[str]]:
 
 def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
     r.keys(raw, ["kernel", "backends", "peers", "params", "inputs", "outputs", "tolerance", "waive",
-                 "cases", "roofline", "gate", "backward", "distributed"], "", required=["kernel", "inputs", "cases"])
+                 "cases", "roofline", "gate", "backward", "distributed", "targets"], "",
+           required=["kernel", "inputs", "cases"])
     k = r.table(raw, "kernel", "")
     r.keys(k, ["name", "summary", "reference", "reference_precision", "dtypes", "layouts", "fallback", "timeout",
                "op", "oracle"],
@@ -171,6 +172,10 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
 
     backward = (read_backward(r, raw["backward"], tensors, params, backends, dtypes, peers) if "backward" in raw
                 else None)
+    from harness.spec.targets import read_targets
+
+    targets = (read_targets(r, raw["targets"], list(backends) + list(peers), dtypes, list(cases.get("bench", ())),
+                            "backward" in raw) if "targets" in raw else ())
     return Spec(
         path=r.path, name=name, summary=r.get(k, "summary", str, "kernel", default=""),
         reference=_import_path(r, k, "kernel", "reference"), dtypes=dtypes, layouts=layouts,
@@ -179,7 +184,7 @@ def _build(r: Reader, raw: dict, sha: str) -> Spec | None:
         roofline=roofline, timeout_s=_timeout(r, k), sha256=sha,
         reference_precision=_reference_precision(r, k), gate=_gate(r, raw),
         op=_import_path(r, k, "kernel", "op") or None, oracle=_import_path(r, k, "kernel", "oracle") or None,
-        param_present=param_present, backward=backward, distributed=distributed,
+        param_present=param_present, backward=backward, distributed=distributed, targets=targets,
     )
 
 

@@ -213,6 +213,32 @@ class Roofline:
         return read / (read + written) if read + written > 0 else None
 
 
+TARGET_METRICS = ("device", "host")  # what a target compares: median device time, or host time per call
+
+
+@dataclass(frozen=True)
+class Target:
+    """``[[targets]]``: a promise about one provider's speed against another's, at named bench cases. It holds in a
+    run where, at every matched case, ``against``'s median over ``provider``'s is at least ``speedup``."""
+
+    against: str
+    speedup: float
+    where: tuple[tuple[tuple[str, object], ...], ...]  # each: case values that a matched case has
+    reason: str                                          # why this is the target
+    provider: str | None = None                          # None: the run's candidate
+    metric: str = "device"
+    mode: str = "fwd"
+    dtype: str | None = None                             # None: every dtype measured
+    gap: str | None = None                               # why it is not met, as measured
+
+    def label(self) -> str:
+        who = f"`{self.provider}`" if self.provider else "the candidate"
+        what = "host time per call" if self.metric == "host" else "device time"
+        mode = "" if self.mode == "fwd" else f", {self.mode}"
+        bound = (f">= {self.speedup:g}x" if self.speedup >= 1 else f"within {1 / self.speedup:.3g}x of")
+        return f"{who} {bound} `{self.against}` ({what}{mode})"
+
+
 @dataclass(frozen=True)
 class GateRule:
     """A kernel's own minimum effect for the merge gate, with the reason it differs from the default."""
@@ -308,6 +334,7 @@ class Spec:
     param_present: dict[str, ex.Expr] = dataclasses.field(default_factory=dict)
     backward: Backward | None = None  # ``[backward]``; None: the forward only
     distributed: Distributed | None = None  # ``[distributed]``; None: one process, one device
+    targets: tuple[Target, ...] = ()         # ``[[targets]]``
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:

@@ -1,0 +1,122 @@
+"""The specs' ``[[targets]]`` judged on a run's own figures, for report.md's Targets section.
+
+For each target and each case of the run it names (its ``where`` entries, mode and dtype), the other provider's
+median over the provider's: median device time, or host time per call. A case is met at or above the target's
+speedup; "not measured" when either side has no usable figure in the run (skipped, failed, wrong, absent), with the
+reason. Under the table, each target that is not met everywhere it was measured quotes its spec's ``gap``, the
+reason as measured, or says the spec gives none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.report.cells import DASH, cell, code, num, table
+from harness.report.gaps import run_specs
+from harness.results.model import CaseResult, Results
+from harness.spec.model import Target
+from harness.spec.targets import matches
+
+MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    kernel: str
+    target: str                # Target.label()
+    case_id: str
+    dtype: str
+    status: str                # MET, NOT_MET or NOT_MEASURED
+    ratio: float | None        # the other's figure over the provider's
+    provider_us: float | None
+    against_us: float | None
+    reason: str = ""           # why not measured
+
+
+@dataclass(frozen=True)
+class TargetNote:
+    kernel: str
+    target: str
+    why: str                   # the target's reason
+    gap: str | None            # the spec's reason it is not met, when one is not
+    source: str                # the spec file, as the results name it
+    edited: bool               # changed since the run
+    status: str                # MET (every measured case), NOT_MET (any), NOT_MEASURED (none measured)
+
+
+def _figure(c: CaseResult, metric: str) -> float | None:
+    return c.host_median_us if metric == "host" else (c.stats or {}).get("median")
+
+
+def _side(found: CaseResult | None, name: str, metric: str) -> tuple[float | None, str]:
+    if found is None:
+        return None, f"no `{name}` in this run"
+    if found.status != "ok":
+        return None, f"`{name}` {found.status}: {found.reason}"[:160]
+    value = _figure(found, metric)
+    if not value:
+        return None, f"`{name}` has no {'host time' if metric == 'host' else 'median'}"
+    return value, ""
+
+
+def _rows(t: Target, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
+    label = t.label()
+    named = [c for c in cases if c.kernel == kernel and c.mode == t.mode and (t.dtype is None or c.dtype == t.dtype)
+             and any(matches(c.shape, w) for w in t.where)]
+    groups: dict[tuple[str, str], list[CaseResult]] = {}
+    for c in named:
+        groups.setdefault((c.case_id, c.dtype), []).append(c)
+    if not groups:
+        return [TargetRow(kernel, label, DASH, t.dtype or DASH, NOT_MEASURED, None, None, None,
+                          "no case of this run is one the target names")]
+    rows = []
+    for (case_id, dtype), group in groups.items():
+        subject = next((c for c in group if (c.provider == t.provider if t.provider else c.role == "candidate")),
+                       None)
+        other = next((c for c in group if c.provider == t.against), None)
+        mine, why = _side(subject, t.provider or "candidate", t.metric)
+        theirs, why_other = _side(other, t.against, t.metric)
+        if mine is None or theirs is None:
+            rows.append(TargetRow(kernel, label, case_id, dtype, NOT_MEASURED, None, mine, theirs, why or why_other))
+            continue
+        ratio = theirs / mine
+        rows.append(TargetRow(kernel, label, case_id, dtype, MET if ratio >= t.speedup else NOT_MET, ratio, mine,
+                              theirs))
+    return rows
+
+
+def judge_targets(results: Results, root: Path | None = None) -> tuple[list[TargetRow], list[TargetNote]]:
+    """Every target of every spec the run was measured with, judged on its cases; a note per target."""
+    rows, notes = [], []
+    kernels = {c.kernel for c in results.cases}
+    for name, spec, edited in run_specs(results, root):
+        if spec.name not in kernels:
+            continue
+        for t in spec.targets:
+            mine = _rows(t, spec.name, list(results.cases))
+            rows += mine
+            measured = [r.status for r in mine if r.status != NOT_MEASURED]
+            status = NOT_MEASURED if not measured else NOT_MET if NOT_MET in measured else MET
+            notes.append(TargetNote(spec.name, t.label(), t.reason, t.gap, name, edited, status))
+    return rows, notes
+
+
+def targets_section(results: Results, root: Path | None = None) -> dict | None:
+    """The Targets section's table and notes (None when no spec of the run declares a target)."""
+    rows, notes = judge_targets(results, root)
+    if not notes:
+        return None
+    shown = {MET: "met", NOT_MET: "**not met**", NOT_MEASURED: "not measured"}
+    body = [[cell(r.kernel), r.target.replace("|", "\\|"), code(r.case_id) if r.case_id != DASH else DASH,
+             cell(r.dtype), f"{num(r.ratio, 3)}x" if r.ratio is not None else cell(r.reason),
+             num(r.provider_us), num(r.against_us), shown[r.status]] for r in rows]
+    lines = []
+    for n in notes:
+        head = f"**{n.kernel}**, {n.target}: {n.status}. Why this target: {n.why}."
+        if n.status == NOT_MET:
+            where = f"`{n.source}`, `[[targets]] gap`{', edited since this run' if n.edited else ''}"
+            head += f" Why not ({where}): {n.gap}" if n.gap else " The spec gives no `gap` for it."
+        lines.append(head)
+    return {"table": table(["kernel", "target", "case", "dtype", "ratio", "provider µs", "other µs", "verdict"],
+                           body, right=(4, 5, 6)), "notes": lines}

@@ -1,0 +1,149 @@
+"""``[[targets]]``: a bad entry is one line naming the file and key; report.md judges each target on the run's own
+figures (met, not met with the spec's gap quoted, not measured with the reason), from SYNTHETIC results."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+
+from harness.report.render import render_report
+from harness.report.targets import MET, NOT_MEASURED, NOT_MET, judge_targets
+from harness.results.model import SCHEMA_VERSION, Results
+from harness.spec.load import load
+from tests.results_docs import _case
+from tests.test_spec_errors import VALID, _validate
+
+SPEC = VALID.replace("[params]", '[peers.fast]\nimpl = "tests.planted.broken_kernels:scale"\n\n[params]') + """
+[[cases.bench]]
+rows = 4096
+cols = 4096
+headline = true
+
+[[cases.bench]]
+rows = 64
+cols = 4096
+
+[[targets]]
+against = "fast"
+speedup = 2.0
+where = { rows = 4096, cols = 4096 }
+reason = "twice the peer at the headline"
+
+[[targets]]
+against = "fast"
+speedup = 3.0
+where = [{ rows = 4096 }]
+dtype = "bf16"
+reason = "three times the peer"
+gap = "the copy ceiling: measured at 2.5x"
+
+[[targets]]
+provider = "triton"
+against = "reference"
+speedup = 0.5
+metric = "host"
+where = { rows = 4096, cols = 4096 }
+reason = "host time within 2x of eager"
+"""
+
+
+def test_targets_load(tmp_path, capsys):
+    code, err, path = _validate(tmp_path, capsys, SPEC)
+    assert code == 0 and err == []
+    first, second, third = load(path).targets
+    assert first.where == ((("rows", 4096), ("cols", 4096)),) and first.provider is None and first.metric == "device"
+    assert second.gap == "the copy ceiling: measured at 2.5x" and second.dtype == "bf16"
+    assert third.label() == "`triton` within 2x of `reference` (host time per call)"
+    assert first.label() == "the candidate >= 2x `fast` (device time)"
+
+
+# (replace this in SPEC, with that, a fragment of the single error line)
+BAD = [
+    ('against = "fast"\nspeedup = 2.0', 'against = "fats"\nspeedup = 2.0',
+     'targets[0].against: no provider "fats" (did you mean \'fast\'?)'),
+    ('provider = "triton"', 'provider = "torch.compile"\nmode = "fwd"', None),  # valid: a baseline judged too
+    ('speedup = 2.0', 'speedup = 0', "targets[0].speedup: must be a positive number, got 0.0"),
+    ('speedup = 2.0', 'speedup = "2x"', 'targets[0].speedup: expected a number, got "2x"'),
+    ('where = { rows = 4096, cols = 4096 }\nreason = "twice',
+     'where = { rows = 4097, cols = 4096 }\nreason = "twice', "targets[0].where: matches no bench case (rows = 4097"),
+    ('where = [{ rows = 4096 }]', 'where = [{ rows = 4096 }, { rowz = 64 }]',
+     "targets[1].where[1].rowz: no bench case sets \"rowz\" (did you mean 'rows'?)"),
+    ('where = [{ rows = 4096 }]', 'where = []', "targets[1].where: expected a table of case values, or a non-empty"),
+    ('metric = "host"', 'metric = "wall"', 'targets[2].metric: unknown metric "wall"'),
+    ('metric = "host"', 'metric = "host"\nmode = "bwd"', 'targets[2].mode: "bwd" needs a [backward] table'),
+    ('dtype = "bf16"', 'dtype = "fp8"', 'targets[1].dtype: "fp8" is not one of kernel.dtypes'),
+    ('reason = "three times the peer"\n', '', "targets[1].reason: missing required key"),
+    ('gap = "the copy ceiling: measured at 2.5x"', 'gap = "  "', "targets[1].gap: expected why the target is not met"),
+    ('speedup = 2.0', 'speedup = 2.0\nspeed = 2', "targets[0].speed: unknown key (did you mean 'speedup'?)"),
+    ('provider = "triton"\nagainst = "reference"', 'provider = "fast"\nagainst = "fast"',
+     'targets[2].against: is the provider itself ("fast")'),
+]
+
+
+@pytest.mark.parametrize("old, new, fragment", BAD, ids=[f"b{i}" for i in range(len(BAD))])
+def test_a_bad_target_is_one_line_naming_its_key(tmp_path, capsys, old, new, fragment):
+    assert old in SPEC, old
+    code, err, path = _validate(tmp_path, capsys, SPEC.replace(old, new, 1))
+    if fragment is None:
+        assert code == 0 and err == []
+        return
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"{path}: ") and fragment in err[0], err
+
+
+def test_targets_not_an_array_is_one_line(tmp_path, capsys):
+    code, err, _ = _validate(tmp_path, capsys, VALID + '\n[targets]\nagainst = "x"\n')
+    assert code == 2 and len(err) == 1 and "targets: expected an array of tables ([[targets]])" in err[0], err
+
+
+def _results(tmp_path, fast_median: float, reference_status: str = "ok") -> Results:
+    """SYNTHETIC: the candidate at 10 us (host 20), the peer fast at ``fast_median``, the reference at 40 us (host
+    60) or failed."""
+    path = tmp_path / "scale.toml"
+    path.write_text(SPEC)
+    mine = [10.0, 10.0, 10.0]
+    cases = (
+        _case("triton", "triton", "candidate", mine, host_median_us=20.0),
+        _case("fast", "peer", "peer", [fast_median] * 3, host_median_us=15.0),
+        _case("reference", "reference", "baseline", [] if reference_status != "ok" else [40.0] * 3,
+              status=reference_status, reason="max abs err 0.5 > atol 1e-05" if reference_status != "ok" else "",
+              host_median_us=60.0 if reference_status == "ok" else None),
+    )
+    env = {"device": "synthetic-device (test fixture)", "spec_sha256": {str(path): hashlib.sha256(
+        path.read_bytes()).hexdigest()}}
+    return Results(SCHEMA_VERSION, env, {}, cases, (), (), True)
+
+
+def test_each_target_is_judged_on_the_runs_figures(tmp_path):
+    rows, notes = judge_targets(_results(tmp_path, fast_median=25.0))
+    assert [(r.status, r.ratio) for r in rows] == [(MET, 2.5), (NOT_MET, 2.5), (MET, 3.0)]
+    assert rows[2].provider_us == 20.0 and rows[2].against_us == 60.0  # host time per call, not the medians
+    assert [n.status for n in notes] == [MET, NOT_MET, MET] and notes[1].gap.startswith("the copy ceiling")
+
+
+def test_the_boundary_is_met_and_just_below_is_not(tmp_path):
+    rows, _ = judge_targets(_results(tmp_path, fast_median=20.0))
+    assert rows[0].status == MET and rows[0].ratio == 2.0
+    rows, _ = judge_targets(_results(tmp_path, fast_median=20.0 * (1 - 1e-9)))
+    assert rows[0].status == NOT_MET and math.isclose(rows[0].ratio, 2.0)
+
+
+def test_a_failed_side_is_not_measured_with_its_reason(tmp_path):
+    rows, notes = judge_targets(_results(tmp_path, fast_median=25.0, reference_status="wrong"))
+    assert rows[2].status == NOT_MEASURED and rows[2].ratio is None
+    assert rows[2].reason.startswith("`reference` wrong: max abs err 0.5") and notes[2].status == NOT_MEASURED
+
+
+def test_report_has_the_targets_section(tmp_path):
+    text = render_report(_results(tmp_path, fast_median=25.0), tmp_path / "out").read_text()
+    section = text.split("## Targets", 1)[1].split("## Kernels", 1)[0]
+    assert "| scale | the candidate >= 2x `fast` (device time) | `rows=4096,cols=4096` | bf16 | 2.50x |" in section
+    assert "**not met**" in section and "Why not (" in section and "the copy ceiling: measured at 2.5x" in section
+    assert "**scale**, the candidate >= 2x `fast` (device time): met." in section
+
+
+def test_a_run_of_specs_without_targets_has_no_section(tmp_path):
+    results = _results(tmp_path, fast_median=25.0)
+    (tmp_path / "scale.toml").write_text(VALID)
+    assert "## Targets" not in render_report(results, tmp_path / "out").read_text()
