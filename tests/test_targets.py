@@ -147,3 +147,25 @@ def test_a_run_of_specs_without_targets_has_no_section(tmp_path):
     results = _results(tmp_path, fast_median=25.0)
     (tmp_path / "scale.toml").write_text(VALID)
     assert "## Targets" not in render_report(results, tmp_path / "out").read_text()
+
+
+def test_the_terminal_has_a_line_per_target_with_its_lowest_ratio(tmp_path):
+    from harness.report.targets import target_lines
+
+    assert target_lines(_results(tmp_path, fast_median=25.0)) == [
+        "target met: scale the candidate >= 2x fast (device time) (2.50x at rows=4096,cols=4096 bf16)",
+        "target not met: scale the candidate >= 3x fast (device time) (2.50x at rows=4096,cols=4096 bf16)",
+        "target met: scale triton within 2x of reference (host time per call) (3.00x at rows=4096,cols=4096 bf16)"]
+
+
+def test_targets_of_shapes_the_run_did_not_time_are_one_line(tmp_path):
+    """A run of other shapes (a CPU's tier, a --kernel subset of cases): no table rows, no terminal lines."""
+    from harness.report.targets import target_lines
+
+    results = _results(tmp_path, fast_median=25.0)
+    results = Results(results.schema_version, results.environment, {}, tuple(
+        _case(c.provider, c.backend, c.role, list(c.samples_us), status=c.status, headline=False)
+        for c in results.cases), (), (), True)
+    assert target_lines(results) == []
+    section = render_report(results, tmp_path / "out").read_text().split("## Targets", 1)[1].split("## Kernels")[0]
+    assert "| scale |" not in section and "Naming no case of this run: scale, the candidate >= 2x `fast`" in section

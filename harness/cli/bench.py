@@ -77,6 +77,9 @@ def cmd_bench(args) -> int:
         modes=parse_modes(args.mode)),
         trace=bool(os.environ.get("KH_TRACE_STEPS")))
     print("wrote " + ", ".join(str(p) for p in run.written[:3]))
+    from harness.report.targets import target_lines
+
+    print("\n".join(target_lines(run.results)), end="\n" if run.results.cases else "")
     lines, failed = failures(run.results.cases)
     print("\n".join(lines), end="\n" if lines else "")
     return EXIT_FAILED if failed else EXIT_OK

@@ -105,6 +105,8 @@ def judge_targets(results: Results, root: Path | None = None) -> tuple[list[Targ
 def targets_section(results: Results, root: Path | None = None) -> dict | None:
     """The Targets section's table and notes (None when no spec of the run declares a target)."""
     rows, notes = judge_targets(results, root)
+    absent = _absent(rows)
+    rows = [r for r in rows if (r.kernel, r.target) not in absent]
     if not notes:
         return None
     shown = {MET: "met", NOT_MET: "**not met**", NOT_MEASURED: "not measured"}
@@ -112,11 +114,36 @@ def targets_section(results: Results, root: Path | None = None) -> dict | None:
              cell(r.dtype), f"{num(r.ratio, 3)}x" if r.ratio is not None else cell(r.reason),
              num(r.provider_us), num(r.against_us), shown[r.status]] for r in rows]
     lines = []
+    if absent:
+        lines.append("Naming no case of this run: " + "; ".join(f"{k}, {t}" for k, t in absent) + ".")
     for n in notes:
+        if (n.kernel, n.target) in absent:
+            continue
         head = f"**{n.kernel}**, {n.target}: {n.status}. Why this target: {n.why}."
         if n.status == NOT_MET:
             where = f"`{n.source}`, `[[targets]] gap`{', edited since this run' if n.edited else ''}"
             head += f" Why not ({where}): {n.gap}" if n.gap else " The spec gives no `gap` for it."
         lines.append(head)
     return {"table": table(["kernel", "target", "case", "dtype", "ratio", "provider µs", "other µs", "verdict"],
-                           body, right=(4, 5, 6)), "notes": lines}
+                           body, right=(4, 5, 6)) if body else None, "notes": lines}
+
+
+def _absent(rows: list[TargetRow]) -> list[tuple[str, str]]:
+    """(kernel, target) of the targets that name no case of the run (a run of other shapes, or a CPU's tier)."""
+    return list(dict.fromkeys((r.kernel, r.target) for r in rows if r.case_id == DASH))
+
+
+def target_lines(results: Results, root: Path | None = None) -> list[str]:
+    """One line per target for a terminal: its verdict and the figure that decides it (the lowest ratio measured).
+    A target is a goal the report tracks, not a check: it never fails a run."""
+    rows, notes = judge_targets(results, root)
+    absent = _absent(rows)
+    lines = []
+    for n in notes:
+        if (n.kernel, n.target) in absent:
+            continue
+        mine = [r for r in rows if r.kernel == n.kernel and r.target == n.target and r.ratio is not None]
+        worst = min(mine, key=lambda r: r.ratio, default=None)
+        figure = f" ({num(worst.ratio, 3)}x at {worst.case_id} {worst.dtype})" if worst else ""
+        lines.append(f"target {n.status}: {n.kernel} {n.target.replace('`', '')}{figure}")
+    return lines
