@@ -10,6 +10,10 @@
 #             persistent GEMM, flash attention and int4's split K (two launches a call), SM clock beside each
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
+#   host-int4 one call after a bench: the engine's and the gate's event-pair re-checks and the tripwire on the GPU
+#             (tests/test_event_overhead.py, tests/test_gate_ab.py), then gate-host (GATE_HOST_S, default 150), then
+#             int4-configs (INT4_PROBE_S, default 300; INT4_CONFIGS default: the launcher's and the preload's);
+#             each step's results tarred as it ends
 #   gate-host bench/gate_host_quality.py: the gate's verdict on host time per call (A/A, launchers with planted host
 #             work, the host_in_process calibration); into gate-host.tgz
 #   profile   bench/profile_gpu.sh: Nsight Compute on every kernel's candidate, profile.json and profile.md
@@ -172,6 +176,15 @@ case "$what" in
     timeout 240 python3 -m harness bench --against HEAD --out "$OUT/gate-aa" 2>&1 | tee "$OUT/gate-aa.log" | tail -15
     echo "gate run (bench --against HEAD) exit ${PIPESTATUS[0]}, wall: $((SECONDS - start)) s" | tee -a "$OUT/gate-aa.log"
     tar -C "$OUT" -czf "$OUT/gate.tar.gz" gq gate-aa && rm -rf "$OUT/gq" "$OUT/gate-aa"
+    ;;
+  host-int4)
+    timeout 90 python3 -m pytest tests/test_event_overhead.py tests/test_gate_ab.py -q -rfEs -p no:cacheprovider \
+      > "$OUT/pytest-event-overhead.log" 2>&1
+    echo "event-pair and gate tests: exit $?"; tail -3 "$OUT/pytest-event-overhead.log"
+    GATE_HOST_S=${GATE_HOST_S:-150} bash "$0" gate-host
+    INT4_PROBE_S=${INT4_PROBE_S:-300} \
+      INT4_CONFIGS=${INT4_CONFIGS:-"8,1,1,1,0,1;8,1,1,2,0,1;4,1,1,2,0,1;8,1,2,1,0,1;8,1,2,2,0,1;8,2,1,1,0,1"} \
+      bash "$0" int4-configs
     ;;
   gate-host)
     timeout "${GATE_HOST_S:-300}" python3 bench/gate_host_quality.py --out "$OUT/gate-host" "$@" 2>&1 \
