@@ -169,3 +169,17 @@ def test_targets_of_shapes_the_run_did_not_time_are_one_line(tmp_path):
     assert target_lines(results) == []
     section = render_report(results, tmp_path / "out").read_text().split("## Targets", 1)[1].split("## Kernels")[0]
     assert "| scale |" not in section and "Naming no case of this run: scale, the candidate >= 2x `fast`" in section
+
+
+def test_two_targets_alike_but_for_their_cases_are_kept_apart(tmp_path):
+    """The same promise at a case the run timed and at one it did not: one row and line, one 'naming no case'."""
+    from harness.report.targets import target_lines
+
+    results = _results(tmp_path, fast_median=25.0)
+    (tmp_path / "scale.toml").write_text(SPEC + '\n[[targets]]\nagainst = "fast"\nspeedup = 2.0\n'
+                                                'where = { rows = 64, cols = 4096 }\nreason = "at 64 rows too"\n')
+    lines = target_lines(results)
+    assert len(lines) == 3 and lines[0].startswith("target met: scale the candidate >= 2x fast")
+    section = render_report(results, tmp_path / "out").read_text().split("## Targets", 1)[1].split("## Kernels")[0]
+    assert section.count("| scale | the candidate >= 2x `fast` (device time) |") == 1
+    assert "Naming no case of this run: scale, the candidate >= 2x `fast` (device time)." in section

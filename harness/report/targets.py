@@ -24,6 +24,7 @@ MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 @dataclass(frozen=True)
 class TargetRow:
     kernel: str
+    index: int                 # the target's place in its spec's [[targets]]
     target: str                # Target.label()
     case_id: str
     dtype: str
@@ -37,6 +38,7 @@ class TargetRow:
 @dataclass(frozen=True)
 class TargetNote:
     kernel: str
+    index: int
     target: str
     why: str                   # the target's reason
     gap: str | None            # the spec's reason it is not met, when one is not
@@ -60,7 +62,7 @@ def _side(found: CaseResult | None, name: str, metric: str) -> tuple[float | Non
     return value, ""
 
 
-def _rows(t: Target, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
+def _rows(t: Target, index: int, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
     label = t.label()
     named = [c for c in cases if c.kernel == kernel and c.mode == t.mode and (t.dtype is None or c.dtype == t.dtype)
              and any(matches(c.shape, w) for w in t.where)]
@@ -68,7 +70,7 @@ def _rows(t: Target, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
     for c in named:
         groups.setdefault((c.case_id, c.dtype), []).append(c)
     if not groups:
-        return [TargetRow(kernel, label, DASH, t.dtype or DASH, NOT_MEASURED, None, None, None,
+        return [TargetRow(kernel, index, label, DASH, t.dtype or DASH, NOT_MEASURED, None, None, None,
                           "no case of this run is one the target names")]
     rows = []
     for (case_id, dtype), group in groups.items():
@@ -78,11 +80,12 @@ def _rows(t: Target, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
         mine, why = _side(subject, t.provider or "candidate", t.metric)
         theirs, why_other = _side(other, t.against, t.metric)
         if mine is None or theirs is None:
-            rows.append(TargetRow(kernel, label, case_id, dtype, NOT_MEASURED, None, mine, theirs, why or why_other))
+            rows.append(TargetRow(kernel, index, label, case_id, dtype, NOT_MEASURED, None, mine, theirs,
+                                  why or why_other))
             continue
         ratio = theirs / mine
-        rows.append(TargetRow(kernel, label, case_id, dtype, MET if ratio >= t.speedup else NOT_MET, ratio, mine,
-                              theirs))
+        rows.append(TargetRow(kernel, index, label, case_id, dtype, MET if ratio >= t.speedup else NOT_MET, ratio,
+                              mine, theirs))
     return rows
 
 
@@ -93,12 +96,12 @@ def judge_targets(results: Results, root: Path | None = None) -> tuple[list[Targ
     for name, spec, edited in run_specs(results, root):
         if spec.name not in kernels:
             continue
-        for t in spec.targets:
-            mine = _rows(t, spec.name, list(results.cases))
+        for i, t in enumerate(spec.targets):
+            mine = _rows(t, i, spec.name, list(results.cases))
             rows += mine
             measured = [r.status for r in mine if r.status != NOT_MEASURED]
             status = NOT_MEASURED if not measured else NOT_MET if NOT_MET in measured else MET
-            notes.append(TargetNote(spec.name, t.label(), t.reason, t.gap, name, edited, status))
+            notes.append(TargetNote(spec.name, i, t.label(), t.reason, t.gap, name, edited, status))
     return rows, notes
 
 
@@ -106,7 +109,7 @@ def targets_section(results: Results, root: Path | None = None) -> dict | None:
     """The Targets section's table and notes (None when no spec of the run declares a target)."""
     rows, notes = judge_targets(results, root)
     absent = _absent(rows)
-    rows = [r for r in rows if (r.kernel, r.target) not in absent]
+    rows = [r for r in rows if (r.kernel, r.index) not in absent]
     if not notes:
         return None
     shown = {MET: "met", NOT_MET: "**not met**", NOT_MEASURED: "not measured"}
@@ -115,9 +118,10 @@ def targets_section(results: Results, root: Path | None = None) -> dict | None:
              num(r.provider_us), num(r.against_us), shown[r.status]] for r in rows]
     lines = []
     if absent:
-        lines.append("Naming no case of this run: " + "; ".join(f"{k}, {t}" for k, t in absent) + ".")
+        lines.append("Naming no case of this run: " + "; ".join(f"{n.kernel}, {n.target}" for n in notes
+                                                                 if (n.kernel, n.index) in absent) + ".")
     for n in notes:
-        if (n.kernel, n.target) in absent:
+        if (n.kernel, n.index) in absent:
             continue
         head = f"**{n.kernel}**, {n.target}: {n.status}. Why this target: {n.why}."
         if n.status == NOT_MET:
@@ -128,9 +132,9 @@ def targets_section(results: Results, root: Path | None = None) -> dict | None:
                            body, right=(4, 5, 6)) if body else None, "notes": lines}
 
 
-def _absent(rows: list[TargetRow]) -> list[tuple[str, str]]:
-    """(kernel, target) of the targets that name no case of the run (a run of other shapes, or a CPU's tier)."""
-    return list(dict.fromkeys((r.kernel, r.target) for r in rows if r.case_id == DASH))
+def _absent(rows: list[TargetRow]) -> set[tuple[str, int]]:
+    """(kernel, index) of the targets that name no case of the run (a run of other shapes, or a CPU's tier)."""
+    return {(r.kernel, r.index) for r in rows if r.case_id == DASH}
 
 
 def target_lines(results: Results, root: Path | None = None) -> list[str]:
@@ -140,9 +144,9 @@ def target_lines(results: Results, root: Path | None = None) -> list[str]:
     absent = _absent(rows)
     lines = []
     for n in notes:
-        if (n.kernel, n.target) in absent:
+        if (n.kernel, n.index) in absent:
             continue
-        mine = [r for r in rows if r.kernel == n.kernel and r.target == n.target and r.ratio is not None]
+        mine = [r for r in rows if (r.kernel, r.index) == (n.kernel, n.index) and r.ratio is not None]
         worst = min(mine, key=lambda r: r.ratio, default=None)
         figure = f" ({num(worst.ratio, 3)}x at {worst.case_id} {worst.dtype})" if worst else ""
         lines.append(f"target {n.status}: {n.kernel} {n.target.replace('`', '')}{figure}")
