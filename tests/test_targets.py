@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -132,7 +133,7 @@ def test_the_boundary_is_met_and_just_below_is_not(tmp_path):
 def test_a_failed_side_is_not_measured_with_its_reason(tmp_path):
     rows, notes = judge_targets(_results(tmp_path, fast_median=25.0, reference_status="wrong"))
     assert rows[2].status == NOT_MEASURED and rows[2].ratio is None
-    assert rows[2].reason.startswith("`reference` wrong: max abs err 0.5") and notes[2].status == NOT_MEASURED
+    assert rows[2].reason.startswith("reference wrong: max abs err 0.5") and notes[2].status == NOT_MEASURED
 
 
 def test_report_has_the_targets_section(tmp_path):
@@ -183,3 +184,25 @@ def test_two_targets_alike_but_for_their_cases_are_kept_apart(tmp_path):
     section = render_report(results, tmp_path / "out").read_text().split("## Targets", 1)[1].split("## Kernels")[0]
     assert section.count("| scale | the candidate >= 2x `fast` (device time) |") == 1
     assert "Naming no case of this run: scale, the candidate >= 2x `fast` (device time)." in section
+
+
+def test_bench_targets_plans_only_what_the_targets_compare(tmp_path):
+    """``bench --targets``: the named cases, dtypes and modes, and the two sides of each target; nothing else."""
+    from harness.bench import workflow as wf
+    from harness.steps import BadInput
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "scale.toml").write_text(SPEC)
+    loaded = wf.load(wf.BenchRun(wf.BenchOptions(specs_dir=str(specs), tier="bench", targets=True)))
+    jobs = wf.plan(loaded).jobs
+    assert {j.case.id for j in jobs} == {"rows=4096,cols=4096"}  # not the second bench case
+    # on a CPU the reference is the candidate; target 0 names no dtype (all three), target 2 names triton
+    assert {(j.provider.name, j.dtype) for j in jobs} == {
+        (p, d) for p in ("reference", "fast") for d in ("fp32", "fp16", "bf16")} | {("triton", d) for d in (
+            "fp32", "fp16", "bf16")}
+    everything = wf.plan(replace(loaded, options=replace(loaded.options, targets=False))).jobs
+    assert {j.provider.name for j in everything} > {j.provider.name for j in jobs}  # torch.compile, say
+    (specs / "scale.toml").write_text(SPEC.split("[[targets]]")[0])
+    with pytest.raises(BadInput, match="the specs' \\[\\[targets\\]\\]"):
+        wf.plan(wf.load(wf.BenchRun(wf.BenchOptions(specs_dir=str(specs), tier="bench", targets=True))))

@@ -28,11 +28,12 @@ class Job:
 
 
 def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str = "bench",
-         skip: dict[str, str] | None = None,
-         modes: tuple[str, ...] = ()) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
+         skip: dict[str, str] | None = None, modes: tuple[str, ...] = (),
+         targets: bool = False) -> tuple[list[Job], list[ArchRow], list[Waiver]]:
     """Every (provider, case, dtype, mode) to time at ``tier``'s cases; ``skip``: providers left out of this run
     by policy, name -> reason (listed with the waivers); ``modes``: those asked for (harness.bench.modes; () every
-    mode a spec supports). A provider without the mode's pass is left out of it, listed with its reason."""
+    mode a spec supports). A provider without the mode's pass is left out of it, listed with its reason.
+    ``targets``: only the jobs the specs' [[targets]] compare (:func:`targeted`)."""
     from harness.bench.modes import no_backward, spec_modes, unsupported_reason
 
     jobs, arch_rows, waivers = [], [], []
@@ -62,8 +63,20 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str =
             for dtype in spec.dtypes:
                 if dtypes and dtype not in dtypes:
                     continue
-                jobs += [Job(spec, case, dtype, p, m) for m in spec_mode for p in by_mode[m]]
+                mine = [Job(spec, case, dtype, p, m) for m in spec_mode for p in by_mode[m]]
+                jobs += [j for j in mine if targeted(j, provs)] if targets else mine
     return jobs, arch_rows, waivers
+
+
+def targeted(job: Job, provs: list[Provider]) -> bool:
+    """Whether one of the spec's [[targets]] compares this job: its case, dtype and mode, and either side of it
+    (the target's provider, else the run's candidate, or the one it is held against)."""
+    from harness.spec.targets import matches
+
+    candidate = next((p.name for p in provs if p.role == "candidate"), None)
+    return any(job.mode == t.mode and t.dtype in (None, job.dtype)
+               and job.provider.name in (t.provider or candidate, t.against)
+               and any(matches(job.case.values, w) for w in t.where) for t in job.spec.targets)
 
 
 def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:

@@ -44,6 +44,7 @@ class BenchOptions:
     pytest_benchmark: str | None = None
     isolate: bool | None = None
     modes: tuple[str, ...] = ()           # harness.bench.modes.MODES; (): every mode each spec supports
+    targets: bool = False                 # only what the specs' [[targets]] compare
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,13 @@ def plan(run: BenchRun) -> BenchRun:
 
     o, device = run.options, run.device
     tier = o.tier or ("bench" if device.is_gpu else "cpu")
-    dtypes = () if o.dtypes == ("all",) else (o.dtypes or ("bf16",))
+    # the targets name their dtypes; otherwise bf16 unless asked
+    dtypes = () if o.dtypes == ("all",) or (o.targets and not o.dtypes) else (o.dtypes or ("bf16",))
     skip = CPU_SKIP if tier == "cpu" and not device.is_gpu else {}
-    jobs, rows, waivers = plan_jobs(list(run.specs), device, dtypes, o.providers, tier, skip, o.modes)
+    jobs, rows, waivers = plan_jobs(list(run.specs), device, dtypes, o.providers, tier, skip, o.modes, o.targets)
     if not jobs:
-        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider / --tier / --mode)")
+        raise BadInput("bench: nothing to measure (check --kernel / --dtype / --provider / --tier / --mode"
+                       + (" / the specs' [[targets]], which name bench cases)" if o.targets else ")"))
     out = Path(o.out) if o.out else default_out_dir(device)
     return replace(run, tier=tier, timing=timing_config(o, device), jobs=tuple(jobs), arch_rows=tuple(rows),
                    waivers=tuple(waivers), out=out)

@@ -30,6 +30,9 @@ def _bench_options(p) -> None:
                    help="which pass to time (repeatable, comma list): fwd, bwd (the backward alone, its forward "
                         "outside the timed region) or full (forward and backward in one call); default: fwd for a "
                         "spec without [backward], every mode for one with it")
+    p.add_argument("--targets", action="store_true",
+                   help="only what the specs' [[targets]] compare: their cases, dtypes and modes, and the two "
+                        "providers of each (a quick look at where each target stands; report.md judges them)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     specs_option(p)
     p.add_argument("--refresh-ceilings", action="store_true",
@@ -74,7 +77,7 @@ def cmd_bench(args) -> int:
         providers=comma_list(args.provider), tier=args.tier, out=args.out, seed=args.seed, timeout=args.timeout,
         min_time=args.min_time, max_rsd=args.max_rsd, method=args.method, warm=args.warm, resume=args.resume,
         refresh_ceilings=args.refresh_ceilings, pytest_benchmark=args.pytest_benchmark, isolate=args.isolate,
-        modes=parse_modes(args.mode)),
+        modes=parse_modes(args.mode), targets=args.targets),
         trace=bool(os.environ.get("KH_TRACE_STEPS")))
     print("wrote " + ", ".join(str(p) for p in run.written[:3]))
     from harness.report.targets import target_lines

@@ -53,12 +53,12 @@ def _figure(c: CaseResult, metric: str) -> float | None:
 
 def _side(found: CaseResult | None, name: str, metric: str) -> tuple[float | None, str]:
     if found is None:
-        return None, f"no `{name}` in this run"
+        return None, f"no {name} in this run"
     if found.status != "ok":
-        return None, f"`{name}` {found.status}: {found.reason}"[:160]
+        return None, f"{name} {found.status}: {found.reason}"[:160]
     value = _figure(found, metric)
     if not value:
-        return None, f"`{name}` has no {'host time' if metric == 'host' else 'median'}"
+        return None, f"{name} has no {'host time' if metric == 'host' else 'median'}"
     return value, ""
 
 
