@@ -10,6 +10,8 @@
 #             persistent GEMM, flash attention and int4's split K (two launches a call), SM clock beside each
 #   bench     the benchmark report of every kernel (reports/<device>/ layout, tarred)
 #   gate      bench/gate_quality.py (A/A, planted slowdowns, calibration), then one real `bench --against HEAD`
+#   targets   `harness bench --targets`: only what the specs' [[targets]] compare, into the reports/<device>/ layout
+#             (TARGETS_S bounds it, default 300; tarred as targets.tgz)
 #   host-int4 one call after a bench: the engine's and the gate's event-pair re-checks and the tripwire on the GPU
 #             (tests/test_event_overhead.py, tests/test_gate_ab.py), then gate-host (GATE_HOST_S, default 150), then
 #             int4-configs (INT4_PROBE_S, default 300; INT4_CONFIGS default: the launcher's and the preload's);
@@ -176,6 +178,13 @@ case "$what" in
     timeout 240 python3 -m harness bench --against HEAD --out "$OUT/gate-aa" 2>&1 | tee "$OUT/gate-aa.log" | tail -15
     echo "gate run (bench --against HEAD) exit ${PIPESTATUS[0]}, wall: $((SECONDS - start)) s" | tee -a "$OUT/gate-aa.log"
     tar -C "$OUT" -czf "$OUT/gate.tar.gz" gq gate-aa && rm -rf "$OUT/gq" "$OUT/gate-aa"
+    ;;
+  targets)
+    start=$SECONDS
+    timeout "${TARGETS_S:-300}" python3 -m harness bench --targets --out "$OUT/targets" "$@" 2>&1 \
+      | tee "$OUT/targets.log" | grep -E "^target |^FAILED|^wrote" | cut -c1-220
+    echo "targets bench wall: $((SECONDS - start)) s" | tee -a "$OUT/targets.log"
+    tar -C "$OUT" -czf "$OUT/targets.tgz" targets && rm -rf "$OUT/targets"
     ;;
   host-int4)
     timeout 90 python3 -m pytest tests/test_event_overhead.py tests/test_gate_ab.py -q -rfEs -p no:cacheprovider \
