@@ -235,7 +235,8 @@ class Target:
         who = f"`{self.provider}`" if self.provider else "the candidate"
         what = "host time per call" if self.metric == "host" else "device time"
         mode = "" if self.mode == "fwd" else f", {self.mode}"
-        bound = (f">= {self.speedup:g}x" if self.speedup >= 1 else f"within {1 / self.speedup:.3g}x of")
+        bound = (f"at least {self.speedup:g}x faster than" if self.speedup >= 1
+                 else f"at most {1 / self.speedup:.3g}x slower than")
         return f"{who} {bound} `{self.against}` ({what}{mode})"
 
 
