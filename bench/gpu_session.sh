@@ -105,6 +105,21 @@ fp8_bench() {
     ${FP8_PROVIDERS:+--provider "$FP8_PROVIDERS"} > "$1.log" 2>&1
   echo "matmul_fp8 bench: exit $?"; grep -E "^\| M=" "$1/report.md" | grep cuda | head -9 | cut -c1-200
 }
+# bench/gate_host_quality.py into $OUT/gate-host, tarred; GATE_HOST_S bounds it (default SECONDS). Usage: gate_host S
+gate_host() {
+  timeout "${GATE_HOST_S:-$1}" python3 bench/gate_host_quality.py --out "$OUT/gate-host" "${@:2}" 2>&1 \
+    | tee "$OUT/gate_host_quality.log" | tail -40
+  tar -C "$OUT" -czf "$OUT/gate-host.tgz" gate-host && rm -rf "$OUT/gate-host"
+}
+# int4_cuda_probe.py --configs CONFIGS timed at INT4_MS, into $OUT/int4-configs, tarred; INT4_PROBE_S bounds it
+# (default SECONDS). Usage: int4_configs CONFIGS SECONDS
+int4_configs() {
+  local R="$OUT/int4-configs"; mkdir -p "$R"
+  timeout "${INT4_PROBE_S:-$2}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py \
+    --configs "$1" --ms "${INT4_MS:-1,4,16}" --out "$R" > "$R/probe.log" 2>&1
+  echo "int4 configs: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
+  tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"
+}
 what=$1; shift
 case "$what" in
   checks)
@@ -190,15 +205,11 @@ case "$what" in
     timeout 90 python3 -m pytest tests/test_event_overhead.py tests/test_gate_ab.py -q -rfEs -p no:cacheprovider \
       > "$OUT/pytest-event-overhead.log" 2>&1
     echo "event-pair and gate tests: exit $?"; tail -3 "$OUT/pytest-event-overhead.log"
-    GATE_HOST_S=${GATE_HOST_S:-150} bash "$0" gate-host
-    INT4_PROBE_S=${INT4_PROBE_S:-300} \
-      INT4_CONFIGS=${INT4_CONFIGS:-"8,1,1,1,0,1;8,1,1,2,0,1;4,1,1,2,0,1;8,1,2,1,0,1;8,1,2,2,0,1;8,2,1,1,0,1"} \
-      bash "$0" int4-configs
+    gate_host 150
+    int4_configs "${INT4_CONFIGS:-8,1,1,1,0,1;8,1,1,2,0,1;4,1,1,2,0,1;8,1,2,1,0,1;8,1,2,2,0,1;8,2,1,1,0,1}" 300
     ;;
   gate-host)
-    timeout "${GATE_HOST_S:-300}" python3 bench/gate_host_quality.py --out "$OUT/gate-host" "$@" 2>&1 \
-      | tee "$OUT/gate_host_quality.log" | tail -40
-    tar -C "$OUT" -czf "$OUT/gate-host.tgz" gate-host && rm -rf "$OUT/gate-host"
+    gate_host 300 "$@"
     ;;
   profile)
     bash bench/profile_gpu.sh "$@"
@@ -473,12 +484,7 @@ case "$what" in
     tar -czf "$OUT/norms-fp8.tgz" -C "$OUT" norms-fp8 && rm -rf "$R"
     ;;
   int4-configs)
-    R="$OUT/int4-configs"; mkdir -p "$R"
-    timeout "${INT4_PROBE_S:-300}" python3 reports/h200/experiments/int4/cuda/int4_cuda_probe.py \
-      --configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST[,PRE];...}" --ms "${INT4_MS:-1,4,16}" --out "$R" \
-      > "$R/probe.log" 2>&1
-    echo "int4 configs: exit $?"; grep -vE "^ *File |^Traceback|^    " "$R/probe.log" | tail -40 | cut -c1-230
-    tar -czf "$OUT/int4-configs.tgz" -C "$OUT" int4-configs && rm -rf "$R"
+    int4_configs "${INT4_CONFIGS:?INT4_CONFIGS=W,RT,S,D,ST[,PRE];...}" 300
     ;;
   fp8-pairs)
     # each step tarred as it ends, so a call stopped by its time limit still brings back what finished

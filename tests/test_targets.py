@@ -209,3 +209,14 @@ def test_bench_targets_plans_only_what_the_targets_compare(tmp_path):
     (specs / "scale.toml").write_text(SPEC.split("[[targets]]")[0])
     with pytest.raises(BadInput, match="the specs' \\[\\[targets\\]\\]"):
         wf.plan(wf.load(wf.BenchRun(wf.BenchOptions(specs_dir=str(specs), tier="bench", targets=True))))
+
+
+def test_a_target_names_its_dtype_alone(tmp_path):
+    """Target 1 says bf16: an fp32 pair of the same case is judged by target 0 (every dtype), not by it."""
+    results = _results(tmp_path, fast_median=25.0)
+    fp32 = (_case("triton", "triton", "candidate", [10.0] * 3, dtype="fp32"),
+            _case("fast", "peer", "peer", [40.0] * 3, dtype="fp32"))
+    results = Results(results.schema_version, results.environment, {}, results.cases + fp32, (), (), True)
+    rows, _ = judge_targets(results)
+    assert [(r.index, r.dtype, r.ratio) for r in rows if r.index < 2] == [(0, "bf16", 2.5), (0, "fp32", 4.0),
+                                                                          (1, "bf16", 2.5)]

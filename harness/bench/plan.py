@@ -58,25 +58,25 @@ def plan(specs: list[Spec], device: Device, dtypes=(), providers=(), tier: str =
             by_mode[m] = [p for p in provs if not no_backward(spec, p, m)]
             waivers += [Waiver(spec.name, f"provider {p.name} not benchmarked in mode {m}", no_backward(spec, p, m))
                         for p in provs if no_backward(spec, p, m)]
+        candidate = next((p.name for p in provs if p.role == "candidate"), None)
         # modes inside a case and dtype: a case's providers of one mode run back to back, sharing one reference
         for case in spec.cases[tier]:
             for dtype in spec.dtypes:
                 if dtypes and dtype not in dtypes:
                     continue
                 mine = [Job(spec, case, dtype, p, m) for m in spec_mode for p in by_mode[m]]
-                jobs += [j for j in mine if targeted(j, provs)] if targets else mine
+                jobs += [j for j in mine if targeted(j, candidate)] if targets else mine
     return jobs, arch_rows, waivers
 
 
-def targeted(job: Job, provs: list[Provider]) -> bool:
+def targeted(job: Job, candidate: str | None) -> bool:
     """Whether one of the spec's [[targets]] compares this job: its case, dtype and mode, and either side of it
-    (the target's provider, else the run's candidate, or the one it is held against)."""
-    from harness.spec.targets import matches
+    (the target's provider, else the run's ``candidate``, or the one it is held against)."""
+    from harness.spec.targets import names
 
-    candidate = next((p.name for p in provs if p.role == "candidate"), None)
-    return any(job.mode == t.mode and t.dtype in (None, job.dtype)
-               and job.provider.name in (t.provider or candidate, t.against)
-               and any(matches(job.case.values, w) for w in t.where) for t in job.spec.targets)
+    return any(names(t, job.case.values, job.dtype, job.mode) and job.provider.name in (t.provider or candidate,
+                                                                                        t.against)
+               for t in job.spec.targets)
 
 
 def arch_matrix_rows(statuses: list[BackendStatus]) -> list[ArchRow]:

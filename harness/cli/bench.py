@@ -82,7 +82,8 @@ def cmd_bench(args) -> int:
     print("wrote " + ", ".join(str(p) for p in run.written[:3]))
     from harness.report.targets import target_lines
 
-    print("\n".join(target_lines(run.results)), end="\n" if run.results.cases else "")
+    targets = target_lines(run.results)
+    print("\n".join(targets), end="\n" if targets else "")
     lines, failed = failures(run.results.cases)
     print("\n".join(lines), end="\n" if lines else "")
     return EXIT_FAILED if failed else EXIT_OK

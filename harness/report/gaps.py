@@ -40,9 +40,10 @@ def run_specs(results: Results, root: Path | None = None) -> Iterator[tuple[str,
         yield name, spec, hashlib.sha256(data).hexdigest() != sha
 
 
-def spec_gaps(results: Results, root: Path | None = None) -> dict[str, Gap]:
-    """kernel -> its spec's gap text, for the kernels with at least one candidate case below its target."""
+def spec_gaps(results: Results, specs=None) -> dict[str, Gap]:
+    """kernel -> its spec's gap text, for the kernels with at least one candidate case below its target.
+    ``specs``: :func:`run_specs` of the results, where the caller has read them already."""
     below = {c.kernel for c in results.cases if c.role == "candidate" and c.verdict == "below-target"}
     return {spec.name: Gap(spec.name, spec.roofline.gap, name, edited)
-            for name, spec, edited in run_specs(results, root)
+            for name, spec, edited in (run_specs(results) if specs is None else specs)
             if spec.name in below and spec.roofline is not None and spec.roofline.gap}

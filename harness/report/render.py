@@ -17,7 +17,7 @@ from harness import __version__
 from harness.report.ceilings import ceilings_section, ceilings_when
 from harness.report.cells import DASH, NBSP, PROVIDER_LABEL, cell, code, interval, mem, num, pct, speedup, verdict
 from harness.report.cells import table as _table
-from harness.report.gaps import spec_gaps
+from harness.report.gaps import run_specs, spec_gaps
 from harness.report.launch import host_cell, launch_line, wall_cell
 from harness.report.launch import how_measured as launch_how_measured
 from harness.report.matrix import static_matrix
@@ -305,7 +305,8 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
     env = results.environment
     date = str(env.get("date") or env.get("timestamp") or "")
     kernels = list(dict.fromkeys(c.kernel for c in results.cases))
-    gaps = spec_gaps(results)
+    specs = list(run_specs(results))  # read once: the gaps and the targets quote the same files
+    gaps = spec_gaps(results, specs)
     return {
         "device": cell(env.get("device") or "unknown device"),
         "arch": code(env["arch"]) if env.get("arch") else "",
@@ -316,7 +317,7 @@ def build_context(results: Results, plots: Plots, results_name: str) -> dict:
         "what_timed": _what_was_timed(results),
         "ceilings_when": ceilings_when(results),
         "summary": _summary(results),
-        "targets": targets_section(results),
+        "targets": targets_section(results, specs),
         "ceilings": ceilings_section(results),
         "arch_matrix": _arch_matrix(results),
         "waivers": _table(["kernel", "what", "reason"],

@@ -10,13 +10,12 @@ reason as measured, or says the spec gives none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.report.cells import DASH, cell, code, num, table
 from harness.report.gaps import run_specs
 from harness.results.model import CaseResult, Results
 from harness.spec.model import Target
-from harness.spec.targets import matches
+from harness.spec.targets import names
 
 MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 
@@ -69,8 +68,7 @@ def _side(found: CaseResult | None, name: str, metric: str) -> tuple[float | Non
 
 def _rows(t: Target, index: int, kernel: str, cases: list[CaseResult]) -> list[TargetRow]:
     label = t.label()
-    named = [c for c in cases if c.kernel == kernel and c.mode == t.mode and (t.dtype is None or c.dtype == t.dtype)
-             and any(matches(c.shape, w) for w in t.where)]
+    named = [c for c in cases if c.kernel == kernel and names(t, c.shape, c.dtype, c.mode)]
     groups: dict[tuple[str, str], list[CaseResult]] = {}
     for c in named:
         groups.setdefault((c.case_id, c.dtype), []).append(c)
@@ -94,11 +92,12 @@ def _rows(t: Target, index: int, kernel: str, cases: list[CaseResult]) -> list[T
     return rows
 
 
-def judge_targets(results: Results, root: Path | None = None) -> tuple[list[TargetRow], list[TargetNote]]:
-    """Every target of every spec the run was measured with, judged on its cases; a note per target."""
+def judge_targets(results: Results, specs=None) -> tuple[list[TargetRow], list[TargetNote]]:
+    """Every target of every spec the run was measured with, judged on its cases; a note per target. ``specs``:
+    :func:`harness.report.gaps.run_specs` of the results, where the caller has read them already."""
     rows, notes = [], []
     kernels = {c.kernel for c in results.cases}
-    for name, spec, edited in run_specs(results, root):
+    for name, spec, edited in run_specs(results) if specs is None else specs:
         if spec.name not in kernels:
             continue
         for i, t in enumerate(spec.targets):
@@ -110,9 +109,9 @@ def judge_targets(results: Results, root: Path | None = None) -> tuple[list[Targ
     return rows, notes
 
 
-def targets_section(results: Results, root: Path | None = None) -> dict | None:
+def targets_section(results: Results, specs=None) -> dict | None:
     """The Targets section's table and notes (None when no spec of the run declares a target)."""
-    rows, notes = judge_targets(results, root)
+    rows, notes = judge_targets(results, specs)
     absent = _absent(rows)
     rows = [r for r in rows if (r.kernel, r.index) not in absent]
     if not notes:
@@ -142,10 +141,10 @@ def _absent(rows: list[TargetRow]) -> set[tuple[str, int]]:
     return {(r.kernel, r.index) for r in rows if r.case_id == DASH}
 
 
-def target_lines(results: Results, root: Path | None = None) -> list[str]:
+def target_lines(results: Results, specs=None) -> list[str]:
     """One line per target for a terminal: its verdict and the figure that decides it (the lowest ratio measured).
     A target is a goal the report tracks, not a check: it never fails a run."""
-    rows, notes = judge_targets(results, root)
+    rows, notes = judge_targets(results, specs)
     absent = _absent(rows)
     lines = []
     for n in notes:

@@ -116,3 +116,8 @@ def matches(values: dict, entry) -> bool:
     """Whether a case with these values is one a ``where`` entry (a dict or its items) names."""
     items = entry.items() if isinstance(entry, dict) else entry
     return all(k in values and values[k] == v and type(values[k]) is type(v) for k, v in items)
+
+
+def names(t: Target, values: dict, dtype: str, mode: str) -> bool:
+    """Whether ``t`` speaks of a case with these values, in this dtype and mode (whichever provider)."""
+    return mode == t.mode and t.dtype in (None, dtype) and any(matches(values, w) for w in t.where)
